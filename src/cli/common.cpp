@@ -1,0 +1,107 @@
+#include "cli/common.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+namespace ouro {
+
+const std::vector<std::string> kCommonValueFlags = {"--model", "-m", "--threads", "-t", "--ctx", "--isa"};
+const std::vector<std::string> kSamplingFlags = {"--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
+                                                 "--repeat-last-n", "--seed"};
+
+static std::string default_model_path() {
+  const char* env = std::getenv("OURO_MODEL");
+  if (env && *env) return env;
+  const std::string rel = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (std::filesystem::exists(rel)) return rel;
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    auto p = exe.parent_path().parent_path() / rel;
+    if (std::filesystem::exists(p)) return p.string();
+  }
+  return rel;
+}
+
+Expected<LaunchConfig> launch_config_from(const Args& a) {
+  LaunchConfig c;
+  c.model_path = a.has("--model") ? a.str("--model") : (a.has("-m") ? a.str("-m") : default_model_path());
+  auto th = a.integer(a.has("-t") ? "-t" : "--threads", 0, 1, 1024);
+  if (!th) return th.error();
+  c.threads = (int)*th;
+  auto ctx = a.integer("--ctx", 0, 16, 1 << 20);
+  if (!ctx) return ctx.error();
+  c.n_ctx = (int)*ctx;
+  if (!parse_isa(a.str("--isa", "auto"), &c.isa)) return usage_error("flag --isa: '" + a.str("--isa") + "' is not one of auto, avx512, avx2, scalar");
+  return c;
+}
+
+Expected<std::unique_ptr<Engine>> load_engine(const Args& a) {
+  auto c = launch_config_from(a);
+  if (!c) return c.error();
+  return Engine::load(*c);
+}
+
+int report(const Error& e) {
+  std::fprintf(stderr, "ouro: %s\n", e.message.c_str());
+  return e.kind == ErrorKind::kUsage ? 2 : 1;
+}
+
+std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+Expected<std::vector<int>> parse_id_list(const std::string& s) {
+  std::vector<int> ids;
+  size_t i = 0;
+  while (i <= s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    const std::string part = s.substr(i, j - i);
+    char* end = nullptr;
+    long v = std::strtol(part.c_str(), &end, 10);
+    if (part.empty() || *end != '\0' || v < 0 || v > (1L << 30)) return usage_error("'" + part + "' is not a token id");
+    ids.push_back((int)v);
+    i = j + 1;
+  }
+  return ids;
+}
+
+Expected<SamplingParams> sampling_from(const Args& a) {
+  SamplingParams p;
+  auto temp = a.number("--temp", 0.8, 0, 100);
+  auto top_k = a.integer("--top-k", 40, 0, 1 << 30);
+  auto top_p = a.number("--top-p", 0.95, 0, 1);
+  auto min_p = a.number("--min-p", 0.05, 0, 1);
+  auto rp = a.number("--repeat-penalty", 1.0, 0, 10);
+  auto rn = a.integer("--repeat-last-n", 64, 0, 1 << 20);
+  auto seed = a.integer("--seed", 0, 0, (1LL << 62));
+  for (const Error* e : {temp ? nullptr : &temp.error(), top_k ? nullptr : &top_k.error(), top_p ? nullptr : &top_p.error(),
+                         min_p ? nullptr : &min_p.error(), rp ? nullptr : &rp.error(), rn ? nullptr : &rn.error(),
+                         seed ? nullptr : &seed.error()})
+    if (e) return *e;
+  p.temperature = (float)*temp;
+  p.top_k = (int)*top_k;
+  p.top_p = (float)*top_p;
+  p.min_p = (float)*min_p;
+  p.repeat_penalty = (float)*rp;
+  p.repeat_last_n = (int)*rn;
+  p.seed = (uint64_t)*seed;
+  if (Status s = p.validate(); !s) return s.error();
+  return p;
+}
+
+}  // namespace ouro
+
+namespace ouro {
+bool wants_help(int argc, char** argv) {
+  for (int i = 0; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) return true;
+  return false;
+}
+}  // namespace ouro

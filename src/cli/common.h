@@ -1,0 +1,39 @@
+// Pieces shared by the subcommands: common flags, loading the engine, reporting errors.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "runtime/engine.h"
+
+namespace ouro {
+
+// Flags every model-loading subcommand accepts.
+extern const std::vector<std::string> kCommonValueFlags;  // --model --threads --ctx --isa
+
+// Builds the launch configuration from common flags (and OURO_MODEL).
+Expected<LaunchConfig> launch_config_from(const Args& a);
+Expected<std::unique_ptr<Engine>> load_engine(const Args& a);
+// Prints "ouro: message" to stderr and returns the exit code of the error's kind.
+int report(const Error& e);
+std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b);
+// Parses "1,2,3" into ids.
+Expected<std::vector<int>> parse_id_list(const std::string& s);
+
+// Sampling flags shared by generate and chat.
+extern const std::vector<std::string> kSamplingFlags;
+Expected<SamplingParams> sampling_from(const Args& a);
+
+int cmd_generate(int argc, char** argv);
+int cmd_chat(int argc, char** argv);
+int cmd_tokenize(int argc, char** argv);
+int cmd_detokenize(int argc, char** argv);
+int cmd_logits(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
+
+}  // namespace ouro
+
+namespace ouro {
+// True when argv holds --help or -h (then the command prints its usage and exits 0).
+bool wants_help(int argc, char** argv);
+}  // namespace ouro

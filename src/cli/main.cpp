@@ -1,0 +1,42 @@
+// ouro: dispatches to one file per subcommand.
+#include <cstdio>
+#include <cstring>
+
+#include "cli/common.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: ouro <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  generate    generate text from a prompt\n"
+    "  chat        interactive chat (Ctrl-D quits)\n"
+    "  tokenize    text -> token ids\n"
+    "  detokenize  token ids -> text\n"
+    "  logits      dump logits for text or token ids (.npy or JSON)\n"
+    "  bench       prefill and decode throughput\n"
+    "\n"
+    "Run 'ouro <command> --help' for a command's options.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  const char* cmd = argv[1];
+  if (!std::strcmp(cmd, "--help") || !std::strcmp(cmd, "-h") || !std::strcmp(cmd, "help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  struct { const char* name; int (*fn)(int, char**); } cmds[] = {
+      {"generate", ouro::cmd_generate}, {"chat", ouro::cmd_chat},       {"tokenize", ouro::cmd_tokenize},
+      {"detokenize", ouro::cmd_detokenize}, {"logits", ouro::cmd_logits}, {"bench", ouro::cmd_bench},
+  };
+  for (const auto& c : cmds)
+    if (!std::strcmp(cmd, c.name)) return c.fn(argc - 2, argv + 2);
+  std::fprintf(stderr, "ouro: unknown command '%s'\n%s", cmd, kUsage);
+  return 2;
+}

@@ -1,0 +1,31 @@
+#include "core/lazy_buffer.h"
+
+#include <sys/mman.h>
+
+#include <utility>
+
+namespace ouro {
+
+LazyBuffer::LazyBuffer(size_t bytes) : n_(bytes) {
+  if (bytes == 0) return;
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) { n_ = 0; return; }
+  p_ = p;
+}
+
+LazyBuffer::~LazyBuffer() {
+  if (p_) munmap(p_, n_);
+}
+
+LazyBuffer::LazyBuffer(LazyBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+
+LazyBuffer& LazyBuffer::operator=(LazyBuffer&& o) noexcept {
+  if (this != &o) {
+    if (p_) munmap(p_, n_);
+    p_ = std::exchange(o.p_, nullptr);
+    n_ = std::exchange(o.n_, 0);
+  }
+  return *this;
+}
+
+}  // namespace ouro

@@ -1,0 +1,61 @@
+#include "core/thread_pool.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+
+namespace ouro {
+
+// Spin this many pause instructions (~ tens of microseconds) before sleeping on the futex.
+static constexpr int kSpinIterations = 20000;
+
+ThreadPool::ThreadPool(int n_threads) : n_(std::max(1, n_threads)) {
+  for (int i = 1; i < n_; ++i) threads_.emplace_back([this, i] { worker(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true);
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void ThreadPool::split(int64_t n, int t, int nt, int64_t align, int64_t* begin, int64_t* end) {
+  const int64_t units = (n + align - 1) / align;
+  const int64_t per = units / nt, rem = units % nt;
+  const int64_t b = t * per + std::min<int64_t>(t, rem);
+  const int64_t e = b + per + (t < rem ? 1 : 0);
+  *begin = std::min(n, b * align);
+  *end = std::min(n, e * align);
+}
+
+void ThreadPool::run(const std::function<void(int, int)>& fn) {
+  if (n_ == 1) { fn(0, 1); return; }
+  job_ = &fn;
+  pending_.store(n_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
+  fn(0, n_);
+  while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
+}
+
+void ThreadPool::worker(int idx) {
+  uint32_t seen = 0;
+  for (;;) {
+    uint32_t g = generation_.load(std::memory_order_acquire);
+    for (int spin = 0; g == seen && spin < kSpinIterations; ++spin) {
+      _mm_pause();
+      g = generation_.load(std::memory_order_acquire);
+    }
+    if (g == seen) {
+      generation_.wait(seen, std::memory_order_acquire);
+      continue;
+    }
+    seen = g;
+    if (stop_.load()) return;
+    (*job_)(idx, n_);
+    pending_.fetch_sub(1, std::memory_order_release);
+  }
+}
+
+}  // namespace ouro

@@ -1,0 +1,35 @@
+// A persistent pool: the caller's thread is worker 0; helpers spin briefly, then sleep, between jobs.
+// run(fn) calls fn(thread_index, n_threads) on every thread and returns when all are done.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <thread>
+#include <vector>
+
+namespace ouro {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int n_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return n_; }
+  void run(const std::function<void(int, int)>& fn);
+
+  // Splits [0, n) into size() contiguous chunks, aligned to `align`; chunk of thread t.
+  static void split(int64_t n, int t, int nt, int64_t align, int64_t* begin, int64_t* end);
+
+ private:
+  void worker(int idx);
+  int n_;
+  std::vector<std::thread> threads_;
+  const std::function<void(int, int)>* job_ = nullptr;
+  alignas(64) std::atomic<uint32_t> generation_{0};
+  alignas(64) std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace ouro

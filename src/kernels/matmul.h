@@ -1,0 +1,90 @@
+// Matrix multiplication Y[t, r] = sum_k W[r, k] * X[t, k] for the engine's weight formats.
+//
+// Weights are repacked once at load time into one of two integer layouts, an exact re-encoding of
+// the GGUF blocks (no precision is lost), or kept as-is and dequantized row by row:
+//   kQ4  (from Q4_0, Q4_1, Q4_K): value = d[b] * u + c[b], u in 0..15 per 32-element block b.
+//        nibbles: per row, cols_pad/2 bytes; bytes [32j, 32j+32) hold block 2j in their low
+//        nibbles and block 2j+1 in their high nibbles (so one 256-bit load gives two blocks).
+//   kQ8  (from Q8_0): value = d[b] * s, s int8; stored as u = s ^ 0x80 (u = s + 128) for the
+//        unsigned-by-signed VNNI dot; c[b] = -128 * d[b] restores the sign in that path.
+//   kRows (anything else: F32, F16, BF16, Q6_K): rows dequantized to float on the fly.
+// Activations are quantized per token in blocks of 32 to int8 (d = amax/127), with
+// s[b] = d[b] * sum(q) kept for the c-term, as llama.cpp does for its Q8_1 activations.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/cpu.h"
+#include "kernels/types.h"
+
+namespace ouro {
+
+class ThreadPool;
+
+// 64-byte aligned, zero-initialised buffer.
+struct AlignedFree { void operator()(void* p) const; };
+using AlignedPtr = std::unique_ptr<uint8_t[], AlignedFree>;
+AlignedPtr aligned_alloc_zero(size_t bytes);
+
+enum class PackedKind { kQ4, kQ8, kRows };
+
+struct PackedMatrix {
+  PackedKind kind = PackedKind::kRows;
+  int64_t rows = 0, cols = 0;
+  int64_t cols_pad = 0;  // cols rounded up to 64
+  int64_t nb = 0;        // blocks of 32 per row (of cols_pad)
+  AlignedPtr q;          // kQ4: rows * cols_pad/2 bytes; kQ8: rows * cols_pad bytes
+  AlignedPtr d, c;       // rows * nb floats each
+  // kRows: the original data.
+  GgmlType src_type = GgmlType::kF32;
+  const uint8_t* src = nullptr;
+  size_t src_row_bytes = 0;
+
+  const uint8_t* qrow(int64_t r) const {
+    return q.get() + r * (kind == PackedKind::kQ4 ? cols_pad / 2 : cols_pad);
+  }
+  const float* drow(int64_t r) const { return reinterpret_cast<const float*>(d.get()) + r * nb; }
+  const float* crow(int64_t r) const { return reinterpret_cast<const float*>(c.get()) + r * nb; }
+  size_t bytes() const;  // bytes read by one full pass over the matrix
+};
+
+// Repacks a GGUF tensor of shape [cols, rows] (ne order). Types Q4_0, Q4_1, Q4_K, Q8_0 become
+// kQ4/kQ8; others become kRows pointing at `data` (which must then outlive the matrix).
+PackedMatrix pack_matrix(GgmlType type, const uint8_t* data, int64_t cols, int64_t rows);
+
+// Quantized activations for T tokens of `cols` elements.
+struct QuantActs {
+  int64_t T = 0, cols = 0, cols_pad = 0, nb = 0;
+  std::vector<int8_t> qs;     // T * cols_pad
+  std::vector<float> d, s;    // T * nb
+  const float* x = nullptr;   // the float activations (for kRows), row stride = cols
+  void resize(int64_t T, int64_t cols);
+};
+
+// Quantizes tokens [t0, t1) of X (row stride cols) into qa (qa.resize done by the caller).
+void quantize_acts(const float* X, int64_t t0, int64_t t1, QuantActs& qa);
+
+// A kernel family: computes rows [r0, r1) of Y (row stride ldy) for all tokens of qa.
+struct MatmulKernels {
+  void (*gemm_q4)(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy);
+  void (*gemm_q8)(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy);
+};
+const MatmulKernels& matmul_kernels(Isa isa);
+const MatmulKernels& matmul_kernels_scalar();
+const MatmulKernels& matmul_kernels_avx2();
+const MatmulKernels& matmul_kernels_avx512();
+
+// Rows [r0, r1) of Y for any packed kind, on the calling thread.
+void gemm_rows(const MatmulKernels& k, const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1,
+               float* Y, int64_t ldy);
+
+struct MatmulJob {
+  const PackedMatrix* W;
+  float* Y;
+  int64_t ldy;
+};
+// Runs every job (all with W->cols == qa.cols) in one parallel region, rows split across threads.
+void matmul_parallel(const MatmulKernels& k, ThreadPool& pool, const QuantActs& qa, const MatmulJob* jobs, int n_jobs);
+
+}  // namespace ouro

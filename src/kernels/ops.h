@@ -1,0 +1,29 @@
+// Element-wise and normalisation ops, RoPE and attention: plain functions over plain memory.
+// The caller splits work across threads; nothing here allocates or spawns threads.
+#pragma once
+#include <cstdint>
+
+namespace ouro {
+
+// y = x * rsqrt(mean(x^2) + eps) * w, n elements.
+void rmsnorm(const float* x, const float* w, float* y, int64_t n, float eps);
+
+// Rotates adjacent pairs (2i, 2i+1) of each of n_heads heads of size head_dim by pos * inv_freq[i]
+// (llama.cpp's "normal" RoPE, which GGUF llama files are converted for).
+void rope_inplace(float* x, int n_heads, int head_dim, int64_t pos, const float* inv_freq);
+
+// y[i] = silu(g[i]) * u[i]
+void swiglu(const float* g, const float* u, float* y, int64_t n);
+
+// In-place numerically stable softmax over n values; returns nothing.
+void softmax_inplace(float* x, int64_t n);
+
+// Causal attention of one query head over keys/values at positions [0, n_keys):
+//   out = softmax(q . k_p * scale) . v_p
+// keys and values are rows of head_dim floats, `stride` floats apart. scores: n_keys floats of scratch.
+void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t n_keys, int head_dim,
+                float scale, float* scores, float* out);
+
+float dot_f32(const float* a, const float* b, int64_t n);
+
+}  // namespace ouro

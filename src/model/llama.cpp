@@ -1,0 +1,321 @@
+#include "model/llama.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/thread_pool.h"
+#include "kernels/ops.h"
+
+namespace ouro {
+
+namespace {
+
+// Fetches a tensor and checks its shape (ne order) and that its type is usable.
+Expected<const GgufTensorInfo*> get_tensor(const GgufFile& f, const std::string& name, std::vector<int64_t> ne,
+                                           bool must_be_f32 = false) {
+  const GgufTensorInfo* t = f.tensor(name);
+  if (!t) return runtime_error(f.path() + ": missing tensor '" + name + "'");
+  if (t->ne != ne) {
+    auto shape = [](const std::vector<int64_t>& v) {
+      std::string s = "[";
+      for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+      return s + "]";
+    };
+    return runtime_error(f.path() + ": tensor '" + name + "' has shape " + shape(t->ne) + ", expected " + shape(ne));
+  }
+  if (must_be_f32 && t->type != GgmlType::kF32)
+    return runtime_error(f.path() + ": tensor '" + name + "' must be F32, is " + type_traits(t->type)->name);
+  return t;
+}
+
+Expected<uint64_t> get_hparam(const GgufFile& f, const std::string& key, uint64_t lo, uint64_t hi) {
+  auto v = f.get_uint(key);
+  if (!v) return v.error();
+  if (*v < lo || *v > hi)
+    return runtime_error(f.path() + ": metadata '" + key + "' = " + std::to_string(*v) + " is out of range [" +
+                         std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return *v;
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& path) {
+  auto fr = GgufFile::open(path);
+  if (!fr) return fr.error();
+  std::unique_ptr<LlamaModel> m(new LlamaModel());
+  m->file_ = std::move(*fr);
+  const GgufFile& f = *m->file_;
+  auto arch = f.get_string("general.architecture");
+  if (!arch) return arch.error();
+  if (*arch != "llama")
+    return runtime_error(path + ": unsupported architecture '" + *arch + "' (supported: llama)");
+
+  LlamaConfig& c = m->cfg_;
+  struct { const char* key; int* dst; uint64_t lo, hi; } hp[] = {
+      {"llama.block_count", &c.n_layer, 1, 1024},
+      {"llama.embedding_length", &c.n_embd, 1, 65536},
+      {"llama.attention.head_count", &c.n_head, 1, 1024},
+      {"llama.feed_forward_length", &c.n_ff, 1, 1 << 20},
+      {"llama.context_length", &c.n_ctx_train, 1, 1 << 24},
+  };
+  for (auto& h : hp) {
+    auto v = get_hparam(f, h.key, h.lo, h.hi);
+    if (!v) return v.error();
+    *h.dst = (int)*v;
+  }
+  c.n_head_kv = c.n_head;
+  if (f.find("llama.attention.head_count_kv")) {
+    auto v = get_hparam(f, "llama.attention.head_count_kv", 1, (uint64_t)c.n_head);
+    if (!v) return v.error();
+    c.n_head_kv = (int)*v;
+  }
+  if (c.n_head % c.n_head_kv != 0)
+    return runtime_error(path + ": head_count " + std::to_string(c.n_head) + " is not a multiple of head_count_kv " +
+                         std::to_string(c.n_head_kv));
+  if (c.n_embd % c.n_head != 0)
+    return runtime_error(path + ": embedding_length is not a multiple of head_count");
+  c.head_dim = c.n_embd / c.n_head;
+  if (c.head_dim % 2 != 0 || c.head_dim > 256)
+    return runtime_error(path + ": head dimension " + std::to_string(c.head_dim) + " is unsupported (even, <= 256)");
+  c.rope_dim = c.head_dim;
+  if (f.find("llama.rope.dimension_count")) {
+    auto v = get_hparam(f, "llama.rope.dimension_count", 2, (uint64_t)c.head_dim);
+    if (!v) return v.error();
+    if ((int)*v != c.head_dim) return runtime_error(path + ": partial RoPE (rope.dimension_count != head dim) is unsupported");
+    c.rope_dim = (int)*v;
+  }
+  if (f.find("llama.rope.freq_base")) {
+    auto v = f.get_float("llama.rope.freq_base");
+    if (!v) return v.error();
+    if (!(*v > 1.0 && *v < 1e12)) return runtime_error(path + ": llama.rope.freq_base is out of range");
+    c.rope_base = (float)*v;
+  }
+  if (f.find("llama.attention.layer_norm_rms_epsilon")) {
+    auto v = f.get_float("llama.attention.layer_norm_rms_epsilon");
+    if (!v) return v.error();
+    if (!(*v > 0 && *v < 1)) return runtime_error(path + ": layer_norm_rms_epsilon is out of range");
+    c.rms_eps = (float)*v;
+  }
+  if (f.find("llama.rope.scaling.type") || f.tensor("rope_freqs.weight"))
+    return runtime_error(path + ": scaled RoPE is unsupported");
+
+  const GgufTensorInfo* emb = f.tensor("token_embd.weight");
+  if (!emb || emb->ne.size() != 2) return runtime_error(path + ": missing or malformed tensor 'token_embd.weight'");
+  c.n_vocab = (int)emb->ne[1];
+  if (emb->ne[0] != c.n_embd) return runtime_error(path + ": token_embd.weight width does not match embedding_length");
+
+  const int64_t d = c.n_embd, hd = c.head_dim, q_dim = (int64_t)c.n_head * hd, kv_dim = (int64_t)c.n_head_kv * hd;
+  auto pack = [&](const std::string& name, int64_t cols, int64_t rows, PackedMatrix* out) -> Status {
+    auto t = get_tensor(f, name, {cols, rows});
+    if (!t) return t.error();
+    *out = pack_matrix((*t)->type, (*t)->data, cols, rows);
+    if (out->kind != PackedKind::kRows) f.release_pages((*t)->data, (*t)->nbytes);
+    return Ok{};
+  };
+  auto norm = [&](const std::string& name, const float** out) -> Status {
+    auto t = get_tensor(f, name, {d}, true);
+    if (!t) return t.error();
+    if ((uintptr_t)(*t)->data % alignof(float) != 0) return runtime_error(path + ": tensor '" + name + "' is misaligned");
+    *out = reinterpret_cast<const float*>((*t)->data);
+    return Ok{};
+  };
+  LlamaWeights& w = m->w_;
+  if (Status s = pack("token_embd.weight", d, c.n_vocab, &w.token_embd); !s) return s.error();
+  w.tied_output = f.tensor("output.weight") == nullptr;
+  if (!w.tied_output)
+    if (Status s = pack("output.weight", d, c.n_vocab, &w.output); !s) return s.error();
+  if (Status s = norm("output_norm.weight", &w.output_norm); !s) return s.error();
+  w.layers.resize(c.n_layer);
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    LayerWeights& L = w.layers[l];
+    Status steps[] = {
+        norm(p + "attn_norm.weight", &L.attn_norm),
+        norm(p + "ffn_norm.weight", &L.ffn_norm),
+        pack(p + "attn_q.weight", d, q_dim, &L.wq),
+        pack(p + "attn_k.weight", d, kv_dim, &L.wk),
+        pack(p + "attn_v.weight", d, kv_dim, &L.wv),
+        pack(p + "attn_output.weight", q_dim, d, &L.wo),
+        pack(p + "ffn_gate.weight", d, c.n_ff, &L.w_gate),
+        pack(p + "ffn_up.weight", d, c.n_ff, &L.w_up),
+        pack(p + "ffn_down.weight", c.n_ff, d, &L.w_down),
+    };
+    for (auto& s : steps)
+      if (!s) return s.error();
+  }
+  w.rope_inv_freq.resize(hd / 2);
+  for (int i = 0; i < hd / 2; ++i) w.rope_inv_freq[i] = (float)std::pow((double)c.rope_base, -2.0 * i / (double)hd);
+  return m;
+}
+
+size_t LlamaModel::weight_bytes_per_token() const {
+  size_t n = output_matrix().bytes();
+  for (const auto& L : w_.layers)
+    n += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes() + L.w_gate.bytes() + L.w_up.bytes() + L.w_down.bytes();
+  return n;
+}
+
+void LlamaModel::embed(int token, float* out) const {
+  const PackedMatrix& e = w_.token_embd;
+  const int64_t n = cfg_.n_embd;
+  if (e.kind == PackedKind::kRows) {
+    type_traits(e.src_type)->dequant_row(e.src + token * e.src_row_bytes, out, n);
+    return;
+  }
+  const uint8_t* q = e.qrow(token);
+  const float* dd = e.drow(token);
+  const float* cc = e.crow(token);
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t b = k / 32, i = k % 32;
+    if (e.kind == PackedKind::kQ8) {
+      out[k] = dd[b] * (float)(int8_t)(q[k] ^ 0x80);
+    } else {
+      const uint8_t byte = q[(b / 2) * 32 + i];
+      out[k] = dd[b] * (float)((b % 2) ? (byte >> 4) : (byte & 0xf)) + cc[b];
+    }
+  }
+}
+
+LlamaState::LlamaState(const LlamaModel& m, int n_ctx, int max_batch)
+    : m_(m), n_ctx_(n_ctx), max_batch_(std::max(1, max_batch)) {
+  const LlamaConfig& c = m.config();
+  const size_t kv = (size_t)c.n_layer * n_ctx * c.n_head_kv * c.head_dim * sizeof(float);
+  k_cache_ = LazyBuffer(kv);
+  v_cache_ = LazyBuffer(kv);
+  OURO_ASSERT(k_cache_.ok() && v_cache_.ok());
+  const size_t B = max_batch_;
+  x_.resize(B * c.n_embd);
+  xn_.resize(B * c.n_embd);
+  q_.resize(B * c.n_head * c.head_dim);
+  k_.resize(B * c.n_head_kv * c.head_dim);
+  v_.resize(B * c.n_head_kv * c.head_dim);
+  att_.resize(B * c.n_head * c.head_dim);
+  tmp_.resize(B * c.n_embd);
+  g_.resize(B * c.n_ff);
+  u_.resize(B * c.n_ff);
+  h_.resize(B * c.n_ff);
+}
+
+size_t LlamaState::kv_bytes_per_token() const {
+  const LlamaConfig& c = m_.config();
+  return (size_t)2 * c.n_layer * c.n_head_kv * c.head_dim * sizeof(float);
+}
+
+Status LlamaState::forward(const int* tokens, int n, float* logits, bool all_logits, ThreadPool& pool,
+                           const MatmulKernels& k) {
+  if (n <= 0) return usage_error("no tokens to process");
+  if (n_past_ + n > n_ctx_)
+    return runtime_error("context overflow: " + std::to_string(n_past_) + " cached + " + std::to_string(n) +
+                         " new tokens exceed the context of " + std::to_string(n_ctx_));
+  const int nv = m_.config().n_vocab;
+  for (int i = 0; i < n; ++i)
+    if (tokens[i] < 0 || tokens[i] >= nv)
+      return usage_error("token id " + std::to_string(tokens[i]) + " is out of range [0, " + std::to_string(nv) + ")");
+  for (int done = 0; done < n; done += max_batch_) {
+    const int T = std::min(max_batch_, n - done);
+    const bool last = done + T == n;
+    float* out = all_logits ? logits + (size_t)done * nv : (last ? logits : nullptr);
+    forward_chunk(tokens + done, T, out, all_logits, pool, k);
+  }
+  return Ok{};
+}
+
+// Runs fn(t0, t1) over token ranges: inline for a few tokens (decode), else across the pool.
+template <typename Fn>
+static void for_tokens(ThreadPool& pool, int T, Fn&& fn) {
+  if (T < 4 || pool.size() == 1) { fn(0, T); return; }
+  pool.run([&](int t, int nt) {
+    int64_t b, e;
+    ThreadPool::split(T, t, nt, 1, &b, &e);
+    if (b < e) fn((int)b, (int)e);
+  });
+}
+
+void LlamaState::forward_chunk(const int* tokens, int T, float* logits, bool all_logits, ThreadPool& pool,
+                               const MatmulKernels& k) {
+  const LlamaConfig& c = m_.config();
+  const LlamaWeights& w = m_.weights();
+  const int d = c.n_embd, hd = c.head_dim, nh = c.n_head, nkv = c.n_head_kv;
+  const int q_dim = nh * hd, kv_dim = nkv * hd, ff = c.n_ff;
+  const int pos0 = n_past_;
+  const float attn_scale = 1.0f / std::sqrt((float)hd);
+  if ((int)scores_.size() < pool.size() * n_ctx_) scores_.resize((size_t)pool.size() * n_ctx_);
+
+  // x: [T, d] residual stream
+  for (int t = 0; t < T; ++t) m_.embed(tokens[t], &x_[(size_t)t * d]);
+
+  auto norm_and_quantize = [&](const float* weight, const float* src, int cols) {
+    qa_.resize(T, cols);
+    qa_.x = xn_.data();
+    for_tokens(pool, T, [&](int t0, int t1) {
+      for (int t = t0; t < t1; ++t) rmsnorm(src + (size_t)t * cols, weight, &xn_[(size_t)t * cols], cols, c.rms_eps);
+      quantize_acts(xn_.data(), t0, t1, qa_);
+    });
+  };
+  auto quantize_only = [&](const float* src, int cols) {
+    qa_.resize(T, cols);
+    qa_.x = src;
+    for_tokens(pool, T, [&](int t0, int t1) { quantize_acts(src, t0, t1, qa_); });
+  };
+
+  for (int l = 0; l < c.n_layer; ++l) {
+    const LayerWeights& L = w.layers[l];
+    float* kc = k_cache_.f32() + (size_t)l * n_ctx_ * kv_dim;
+    float* vc = v_cache_.f32() + (size_t)l * n_ctx_ * kv_dim;
+
+    // attention block: xn = norm(x); q,k,v = xn Wq, xn Wk, xn Wv    q: [T, nh*hd], k,v: [T, nkv*hd]
+    norm_and_quantize(L.attn_norm, x_.data(), d);
+    const MatmulJob qkv[] = {{&L.wq, q_.data(), q_dim}, {&L.wk, k_.data(), kv_dim}, {&L.wv, v_.data(), kv_dim}};
+    matmul_parallel(k, pool, qa_, qkv, 3);
+    for_tokens(pool, T, [&](int t0, int t1) {
+      for (int t = t0; t < t1; ++t) {
+        rope_inplace(&q_[(size_t)t * q_dim], nh, hd, pos0 + t, w.rope_inv_freq.data());
+        rope_inplace(&k_[(size_t)t * kv_dim], nkv, hd, pos0 + t, w.rope_inv_freq.data());
+        std::memcpy(kc + (size_t)(pos0 + t) * kv_dim, &k_[(size_t)t * kv_dim], kv_dim * sizeof(float));
+        std::memcpy(vc + (size_t)(pos0 + t) * kv_dim, &v_[(size_t)t * kv_dim], kv_dim * sizeof(float));
+      }
+    });
+    // att[t, h] = softmax(q[t,h] . K[0..pos0+t] / sqrt(hd)) . V, query head h reads kv head h / (nh/nkv)
+    pool.run([&](int th, int nt) {
+      int64_t b, e;
+      ThreadPool::split((int64_t)T * nh, th, nt, 1, &b, &e);
+      float* scores = &scores_[(size_t)th * n_ctx_];
+      for (int64_t i = b; i < e; ++i) {
+        const int t = (int)(i / nh), h = (int)(i % nh), kvh = h / (nh / nkv);
+        attend_one(&q_[(size_t)t * q_dim + h * hd], kc + kvh * hd, vc + kvh * hd, kv_dim, pos0 + t + 1, hd,
+                   attn_scale, scores, &att_[(size_t)t * q_dim + h * hd]);
+      }
+    });
+    quantize_only(att_.data(), q_dim);
+    const MatmulJob o[] = {{&L.wo, tmp_.data(), d}};
+    matmul_parallel(k, pool, qa_, o, 1);
+    for (size_t i = 0; i < (size_t)T * d; ++i) x_[i] += tmp_[i];
+
+    // MLP block: x += down(silu(gate(xn)) * up(xn))    g,u,h: [T, ff]
+    norm_and_quantize(L.ffn_norm, x_.data(), d);
+    const MatmulJob gu[] = {{&L.w_gate, g_.data(), ff}, {&L.w_up, u_.data(), ff}};
+    matmul_parallel(k, pool, qa_, gu, 2);
+    for_tokens(pool, T, [&](int t0, int t1) {
+      swiglu(&g_[(size_t)t0 * ff], &u_[(size_t)t0 * ff], &h_[(size_t)t0 * ff], (int64_t)(t1 - t0) * ff);
+    });
+    quantize_only(h_.data(), ff);
+    const MatmulJob down[] = {{&L.w_down, tmp_.data(), d}};
+    matmul_parallel(k, pool, qa_, down, 1);
+    for (size_t i = 0; i < (size_t)T * d; ++i) x_[i] += tmp_[i];
+  }
+  n_past_ += T;
+  if (!logits) return;
+
+  // logits = norm(x) W_out^T, for every token or only the last one
+  const int first = all_logits ? 0 : T - 1;
+  const int n_out = T - first;
+  qa_.resize(n_out, d);
+  qa_.x = xn_.data();
+  for (int t = 0; t < n_out; ++t) rmsnorm(&x_[(size_t)(first + t) * d], w.output_norm, &xn_[(size_t)t * d], d, c.rms_eps);
+  quantize_acts(xn_.data(), 0, n_out, qa_);
+  const MatmulJob head[] = {{&m_.output_matrix(), logits, c.n_vocab}};
+  matmul_parallel(k, pool, qa_, head, 1);
+}
+
+}  // namespace ouro

@@ -1,0 +1,82 @@
+#include "runtime/engine.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace ouro {
+
+Expected<std::unique_ptr<Engine>> Engine::load(const LaunchConfig& cfg) {
+  std::unique_ptr<Engine> e(new Engine());
+  e->cfg_ = cfg;
+  if (!isa_supported(cfg.isa))
+    return usage_error(std::string("this CPU cannot run the ") + isa_name(cfg.isa) + " kernels");
+  auto m = LlamaModel::load(cfg.model_path);
+  if (!m) return m.error();
+  e->model_ = std::move(*m);
+  auto t = Tokenizer::from_gguf(e->model_->gguf());
+  if (!t) return t.error();
+  e->tok_ = std::move(*t);
+  if (e->tok_->n_vocab() != e->model_->config().n_vocab)
+    return runtime_error(cfg.model_path + ": tokenizer has " + std::to_string(e->tok_->n_vocab()) +
+                         " tokens but the embedding has " + std::to_string(e->model_->config().n_vocab));
+  std::string tmpl;
+  if (const GgufValue* v = e->model_->gguf().find("tokenizer.chat_template"); v && v->type == GgufType::kString) tmpl = v->s;
+  auto ct = ChatTemplate::from_template_text(tmpl);
+  if (!ct) return ct.error();
+  e->chat_ = *ct;
+  const int max_ctx = e->model_->config().n_ctx_train;
+  if (e->cfg_.n_ctx <= 0) e->cfg_.n_ctx = std::min(max_ctx, 4096);
+  if (e->cfg_.n_ctx > max_ctx)
+    return usage_error("--ctx " + std::to_string(e->cfg_.n_ctx) + " exceeds the model's context length " + std::to_string(max_ctx));
+  if (e->cfg_.threads <= 0) e->cfg_.threads = std::max(1, (int)sysconf(_SC_NPROCESSORS_ONLN));
+  e->pool_ = std::make_unique<ThreadPool>(e->cfg_.threads);
+  e->kernels_ = &matmul_kernels(cfg.isa);
+  return e;
+}
+
+Expected<GenerateResult> generate(Engine& e, LlamaState& st, const std::vector<int>& prompt, int max_tokens,
+                                  const SamplingParams& sp, const std::vector<int>& stop_ids,
+                                  const std::function<void(const std::string&)>& on_text) {
+  using clock = std::chrono::steady_clock;
+  GenerateResult r;
+  r.prompt_tokens = (int)prompt.size();
+  if (prompt.empty()) return usage_error("the prompt is empty (no tokens)");
+  if (st.n_past() + (int)prompt.size() > st.n_ctx())
+    return usage_error("the prompt (" + std::to_string(prompt.size()) + " tokens) does not fit the context of " +
+                       std::to_string(st.n_ctx()) + " tokens");
+  if (st.n_past() + (int)prompt.size() + max_tokens > st.n_ctx())
+    return usage_error("prompt (" + std::to_string(prompt.size()) + " tokens) + -n " + std::to_string(max_tokens) +
+                       " exceeds the context of " + std::to_string(st.n_ctx()) + " tokens (raise --ctx or lower -n)");
+  const int nv = e.model().config().n_vocab;
+  std::vector<float> logits(nv);
+  std::vector<int> recent = prompt;
+  Sampler sampler(sp);
+  StreamDecoder dec(e.tokenizer());
+
+  auto t0 = clock::now();
+  if (Status s = st.forward(prompt.data(), (int)prompt.size(), logits.data(), false, e.pool(), e.kernels()); !s)
+    return s.error();
+  auto t1 = clock::now();
+  r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+  r.finish_reason = "length";
+  for (int i = 0; i < max_tokens; ++i) {
+    const int id = sampler.sample(logits.data(), nv, recent);
+    if (std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end()) { r.finish_reason = "stop"; break; }
+    r.tokens.push_back(id);
+    recent.push_back(id);
+    const std::string piece = dec.push(id);
+    r.text += piece;
+    if (on_text && !piece.empty()) on_text(piece);
+    if (i + 1 == max_tokens) break;
+    if (Status s = st.forward(&id, 1, logits.data(), false, e.pool(), e.kernels()); !s) return s.error();
+  }
+  const std::string tail = dec.flush();
+  r.text += tail;
+  if (on_text && !tail.empty()) on_text(tail);
+  r.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+  return r;
+}
+
+}  // namespace ouro

@@ -1,0 +1,62 @@
+// The loaded engine: launch configuration, model, tokenizer, chat template, thread pool, kernels.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/cpu.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "kernels/matmul.h"
+#include "model/llama.h"
+#include "runtime/sampler.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/chat.h"
+
+namespace ouro {
+
+// Every launch parameter in one place, printed in bench records.
+struct LaunchConfig {
+  std::string model_path;
+  int threads = 0;   // 0: all online CPUs
+  int n_ctx = 0;     // 0: min(model's context, 4096)
+  Isa isa = Isa::kScalar;
+  int max_batch = 512;
+};
+
+class Engine {
+ public:
+  static Expected<std::unique_ptr<Engine>> load(const LaunchConfig& cfg);
+  const LaunchConfig& config() const { return cfg_; }
+  const LlamaModel& model() const { return *model_; }
+  const Tokenizer& tokenizer() const { return *tok_; }
+  const ChatTemplate& chat() const { return chat_; }
+  ThreadPool& pool() { return *pool_; }
+  const MatmulKernels& kernels() const { return *kernels_; }
+  std::unique_ptr<LlamaState> new_state() const { return std::make_unique<LlamaState>(*model_, cfg_.n_ctx, cfg_.max_batch); }
+
+ private:
+  LaunchConfig cfg_;
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<Tokenizer> tok_;
+  ChatTemplate chat_;
+  std::unique_ptr<ThreadPool> pool_;
+  const MatmulKernels* kernels_ = nullptr;
+};
+
+struct GenerateResult {
+  std::vector<int> tokens;       // generated ids
+  std::string text;
+  std::string finish_reason;     // stop | length
+  int prompt_tokens = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+};
+
+// Prefills `prompt` after the state's cached tokens, then samples up to max_tokens, stopping at
+// any id in stop_ids. on_text receives each complete piece of UTF-8 text as it is produced.
+Expected<GenerateResult> generate(Engine& e, LlamaState& st, const std::vector<int>& prompt, int max_tokens,
+                                  const SamplingParams& sp, const std::vector<int>& stop_ids,
+                                  const std::function<void(const std::string&)>& on_text = {});
+
+}  // namespace ouro

@@ -36,28 +36,34 @@ class Model:
         arch = r.fields["general.architecture"].contents()
         if arch != "llama":
             raise ValueError(f"reference supports llama only, got {arch}")
-        meta = lambda k: r.fields[f"{arch}.{k}"].contents()
+        meta = lambda k, default=None: (r.fields[f"{arch}.{k}"].contents() if f"{arch}.{k}" in r.fields
+                                        else default)
         self.n_layer = int(meta("block_count"))
         self.d_model = int(meta("embedding_length"))
         self.n_head = int(meta("attention.head_count"))
-        self.n_kv_head = int(meta("attention.head_count_kv"))
+        self.n_kv_head = int(meta("attention.head_count_kv", self.n_head))
         self.head_dim = self.d_model // self.n_head
-        self.n_rot = int(meta("rope.dimension_count")) if f"{arch}.rope.dimension_count" in r.fields else self.head_dim
-        self.rope_base = float(meta("rope.freq_base")) if f"{arch}.rope.freq_base" in r.fields else 10000.0
+        self.n_rot = int(meta("rope.dimension_count", self.head_dim))
+        self.rope_base = float(meta("rope.freq_base", 10000.0))
         self.eps = float(meta("attention.layer_norm_rms_epsilon"))
         self.tokens = r.fields["tokenizer.ggml.tokens"].contents()
 
         # gguf shape [ne0, ne1] = [in, out]; dequantize gives numpy shape (out, in) = PyTorch layout
-        self.w = {t.name: np.ascontiguousarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
-                  for t in r.tensors}
+        deq = lambda t: gguf.quants.dequantize(t.data, t.tensor_type)
+        self.w = {t.name: np.ascontiguousarray(deq(t), dtype=np.float32) for t in r.tensors}
         self.tok_embd = self.w["token_embd.weight"]
         self.output = self.w.get("output.weight", self.tok_embd)   # tied embeddings
         self.n_vocab = self.output.shape[0]
 
 
-@functools.lru_cache(maxsize=2)
 def load(path=DEFAULT_MODEL) -> Model:
-    return Model(pathlib.Path(path))
+    """The model at path, dequantized once per process."""
+    return _load(str(pathlib.Path(path).resolve()))
+
+
+@functools.lru_cache(maxsize=2)
+def _load(path) -> Model:
+    return Model(path)
 
 
 def rmsnorm(x, w, eps):
@@ -94,7 +100,7 @@ def rope(x, pos, n_rot, base, neox=False):
 def forward(token_ids, model_path=DEFAULT_MODEL, *, q8_act=False, neox_rope=False,
             gqa_modulo=False, mask_offset=1, rope_base=None) -> np.ndarray:
     """Logits [n_tokens, n_vocab] (float32) of one causal prefill over token_ids from position 0."""
-    m = load(str(model_path))
+    m = load(model_path)
     ids = np.asarray(token_ids, dtype=np.int64)
     n, hd, nh, nkv = len(ids), m.head_dim, m.n_head, m.n_kv_head
     mm = (lambda a, w: quant_q8(a) @ w) if q8_act else (lambda a, w: a @ w)
@@ -145,6 +151,11 @@ def detokenize(ids, model_path=DEFAULT_MODEL):
         if b not in bs:
             bs.append(b); cs.append(256 + extra); extra += 1
     dec = {chr(c): b for b, c in zip(bs, cs)}
-    toks = load(str(model_path)).tokens
+    toks = load(model_path).tokens
     return b"".join(bytes(dec[ch] for ch in toks[i]) if all(ch in dec for ch in toks[i])
                     else toks[i].encode() for i in ids).decode("utf-8", errors="replace")
+
+
+if __name__ == "__main__":   # self-check: greedy answer to a ChatML question
+    chat = [1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198]
+    print(repr(detokenize(greedy(chat, 12, stop=2))))   # expect: 'The capital of France is Paris.<|im_end|>'

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Configures (once) and builds one build directory.
+# Usage: [TARGETS="a b"] scripts/build.sh DIR TYPE [cmake options...]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+dir="$1"; type="$2"; shift 2
+cd "$root"
+if [ ! -f "$dir/build.ninja" ]; then
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE="$type" "$@" >/dev/null
+fi
+# Two cores on these machines: never more than two compile jobs.
+# shellcheck disable=SC2086
+ninja -C "$dir" -j 2 --quiet ${TARGETS:-}

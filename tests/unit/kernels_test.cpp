@@ -1,0 +1,129 @@
+// Packed int8 matmul kernels (every ISA the CPU has) against a float reference computed from the
+// scalar dequantization, with an error bound derived from the int8 activation rounding.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/fp16.h"
+#include "core/thread_pool.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+
+using namespace ouro;
+
+namespace {
+
+std::vector<uint8_t> random_q4_1(int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::vector<uint8_t> v(rows * cols / 32 * sizeof(BlockQ4_1));
+  std::uniform_real_distribution<float> u(-0.1f, 0.1f);
+  auto* b = reinterpret_cast<BlockQ4_1*>(v.data());
+  for (int64_t i = 0; i < rows * cols / 32; ++i) {
+    b[i].d = fp32_to_fp16(std::fabs(u(rng)) + 0.001f);
+    b[i].m = fp32_to_fp16(u(rng));
+    for (auto& q : b[i].qs) q = (uint8_t)(rng() & 0xff);
+  }
+  return v;
+}
+
+std::vector<uint8_t> random_q8_0(int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::vector<uint8_t> v(rows * cols / 32 * sizeof(BlockQ8_0));
+  auto* b = reinterpret_cast<BlockQ8_0*>(v.data());
+  for (int64_t i = 0; i < rows * cols / 32; ++i) {
+    b[i].d = fp32_to_fp16(0.001f + 0.01f * (float)(rng() % 100) / 100);
+    for (auto& q : b[i].qs) q = (int8_t)(rng() & 0xff);
+  }
+  return v;
+}
+
+struct Case { GgmlType type; int64_t rows, cols, T; };
+
+void check_all_isas(const Case& c) {
+  std::mt19937 rng(42 + (int)c.rows + (int)c.T);
+  auto data = c.type == GgmlType::kQ4_1 ? random_q4_1(c.rows, c.cols, rng) : random_q8_0(c.rows, c.cols, rng);
+  PackedMatrix W = pack_matrix(c.type, data.data(), c.cols, c.rows);
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<float> X(c.T * c.cols);
+  for (auto& x : X) x = nd(rng);
+  QuantActs qa;
+  qa.resize(c.T, c.cols);
+  qa.x = X.data();
+  quantize_acts(X.data(), 0, c.T, qa);
+
+  // Reference: dequantized weights times the float activations, in double.
+  std::vector<float> wrow(c.cols);
+  std::vector<double> ref(c.T * c.rows), bound(c.T * c.rows);
+  for (int64_t r = 0; r < c.rows; ++r) {
+    type_traits(c.type)->dequant_row(data.data() + r * row_bytes(c.type, c.cols), wrow.data(), c.cols);
+    for (int64_t t = 0; t < c.T; ++t) {
+      double acc = 0, err = 0;
+      for (int64_t k = 0; k < c.cols; ++k) {
+        acc += (double)wrow[k] * X[t * c.cols + k];
+        // |x - d*q| <= d/2 per element from rounding to int8
+        err += std::fabs(wrow[k]) * 0.5 * qa.d[t * qa.nb + k / 32];
+      }
+      ref[t * c.rows + r] = acc;
+      bound[t * c.rows + r] = err * 1.0001 + 1e-4;
+    }
+  }
+  std::vector<float> scalar_out(c.T * c.rows);
+  gemm_rows(matmul_kernels_scalar(), W, qa, 0, c.rows, scalar_out.data(), c.rows);
+  for (size_t i = 0; i < ref.size(); ++i)
+    ASSERT_LE(std::fabs(scalar_out[i] - ref[i]), bound[i]) << "scalar, index " << i;
+
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+    if (!isa_supported(isa)) continue;
+    std::vector<float> out(c.T * c.rows, NAN);
+    // Split rows unevenly to exercise the tile edges.
+    const int64_t mid = c.rows / 3 + 1;
+    gemm_rows(matmul_kernels(isa), W, qa, 0, mid, out.data(), c.rows);
+    gemm_rows(matmul_kernels(isa), W, qa, mid, c.rows, out.data(), c.rows);
+    for (size_t i = 0; i < out.size(); ++i) {
+      // Same integer math as scalar; only the float summation order differs.
+      const double tol = 1e-5 * (std::fabs(scalar_out[i]) + 1.0);
+      ASSERT_NEAR(out[i], scalar_out[i], tol) << isa_name(isa) << ", index " << i;
+    }
+  }
+}
+
+}  // namespace
+
+TEST(Matmul, Q4_1DecodeShapes) { check_all_isas({GgmlType::kQ4_1, 37, 576, 1}); }
+TEST(Matmul, Q4_1PrefillShapes) { check_all_isas({GgmlType::kQ4_1, 45, 1536, 11}); }
+TEST(Matmul, Q4_1OddBlockCount) { check_all_isas({GgmlType::kQ4_1, 9, 96, 5}); }
+TEST(Matmul, Q8_0Decode) { check_all_isas({GgmlType::kQ8_0, 33, 576, 1}); }
+TEST(Matmul, Q8_0Prefill) { check_all_isas({GgmlType::kQ8_0, 21, 160, 7}); }
+
+TEST(Matmul, ParallelJobsMatchSerial) {
+  std::mt19937 rng(7);
+  auto a = random_q4_1(40, 128, rng), b = random_q4_1(24, 128, rng);
+  PackedMatrix A = pack_matrix(GgmlType::kQ4_1, a.data(), 128, 40), B = pack_matrix(GgmlType::kQ4_1, b.data(), 128, 24);
+  std::vector<float> X(3 * 128);
+  for (auto& x : X) x = (float)((int)(rng() % 200) - 100) / 50;
+  QuantActs qa;
+  qa.resize(3, 128);
+  quantize_acts(X.data(), 0, 3, qa);
+  const MatmulKernels& k = matmul_kernels(best_isa());
+  std::vector<float> ya(3 * 40), yb(3 * 24), sa(3 * 40), sb(3 * 24);
+  ThreadPool pool(3);
+  MatmulJob jobs[] = {{&A, ya.data(), 40}, {&B, yb.data(), 24}};
+  matmul_parallel(k, pool, qa, jobs, 2);
+  gemm_rows(k, A, qa, 0, 40, sa.data(), 40);
+  gemm_rows(k, B, qa, 0, 24, sb.data(), 24);
+  EXPECT_EQ(ya, sa);
+  EXPECT_EQ(yb, sb);
+}
+
+TEST(QuantizeActs, AllZeroBlockAndOutlier) {
+  std::vector<float> x(64, 0.0f);
+  x[40] = 1000.0f;
+  x[41] = 1.0f;
+  QuantActs qa;
+  qa.resize(1, 64);
+  quantize_acts(x.data(), 0, 1, qa);
+  EXPECT_EQ(qa.d[0], 0.0f);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(qa.qs[i], 0);
+  EXPECT_EQ(qa.qs[40], 127);
+  EXPECT_FLOAT_EQ(qa.d[1], 1000.0f / 127);
+  EXPECT_EQ(qa.qs[41], 0);  // 1.0 is below half a step of 1000/127
+}

@@ -37,7 +37,7 @@ Expected<std::vector<int>> stop_ids_for(const Engine& e, bool chat) {
   std::vector<int> stop;
   if (e.tokenizer().eos() >= 0) stop.push_back(e.tokenizer().eos());
   if (chat) {
-    const int im_end = e.tokenizer().find_special(e.chat().stop_text());
+    const int im_end = e.tokenizer().find_special(e.chat()->stop_text());
     if (im_end >= 0) stop.push_back(im_end);
   }
   return stop;
@@ -64,11 +64,12 @@ int cmd_generate(int argc, char** argv) {
   Engine& e = **eng;
   const bool chat = a.has("--chat");
   std::string text = prompt;
+  if (chat && !e.chat()) return report(e.chat().error());
   if (chat) {
     std::vector<ChatMessage> msgs;
     if (a.has("--system")) msgs.push_back({"system", a.str("--system")});
     msgs.push_back({"user", prompt});
-    text = e.chat().render(msgs);
+    text = e.chat()->render(msgs);
   }
   const std::vector<int> ids = e.tokenizer().encode(text);
   auto stop = stop_ids_for(e, chat);
@@ -110,6 +111,8 @@ int cmd_chat(int argc, char** argv) {
   auto eng = load_engine(a);
   if (!eng) return report(eng.error());
   Engine& e = **eng;
+  if (!e.chat()) return report(e.chat().error());
+  const ChatTemplate& tmpl = *e.chat();
   auto stop = stop_ids_for(e, true);
   auto st = e.new_state();
   std::vector<ChatMessage> history;
@@ -122,7 +125,7 @@ int cmd_chat(int argc, char** argv) {
     if (!std::getline(std::cin, line)) break;
     if (line.empty()) continue;
     history.push_back({"user", line});
-    const std::string full = e.chat().render(history);
+    const std::string full = tmpl.render(history);
     // Feed only what is new since the last turn (the cache holds the earlier turns).
     std::vector<int> ids = e.tokenizer().encode(full.substr(rendered_so_far.size()));
     if (st->n_past() + (int)ids.size() + 1 >= st->n_ctx()) {
@@ -130,7 +133,7 @@ int cmd_chat(int argc, char** argv) {
       st->reset();
       history.assign(history.end() - 1, history.end());
       rendered_so_far.clear();
-      ids = e.tokenizer().encode(e.chat().render(history));
+      ids = e.tokenizer().encode(tmpl.render(history));
     }
     const int budget = std::min<int>((int)*n, st->n_ctx() - st->n_past() - (int)ids.size() - 1);
     auto r = generate(e, *st, ids, budget, *sp, *stop, [](const std::string& s) {
@@ -141,7 +144,7 @@ int cmd_chat(int argc, char** argv) {
     std::puts("");
     history.push_back({"assistant", r->text});
     // The cache holds the prompt and the reply but not the closing "<|im_end|>\n": feed it next turn.
-    rendered_so_far = e.chat().render(history, false);
+    rendered_so_far = tmpl.render(history, false);
     rendered_so_far.resize(rendered_so_far.size() - std::string("<|im_end|>\n").size());
   }
   return 0;

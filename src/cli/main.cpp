@@ -1,6 +1,8 @@
 // ouro: dispatches to one file per subcommand.
 #include <cstdio>
 #include <cstring>
+#include <new>
+#include <system_error>
 
 #include "cli/common.h"
 
@@ -23,7 +25,7 @@ const char* kUsage =
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fputs(kUsage, stderr);
+    std::fputs("ouro: no command given (run 'ouro --help')\n", stderr);
     return 2;
   }
   const char* cmd = argv[1];
@@ -35,8 +37,19 @@ int main(int argc, char** argv) {
       {"generate", ouro::cmd_generate}, {"chat", ouro::cmd_chat},       {"tokenize", ouro::cmd_tokenize},
       {"detokenize", ouro::cmd_detokenize}, {"logits", ouro::cmd_logits}, {"bench", ouro::cmd_bench},
   };
-  for (const auto& c : cmds)
-    if (!std::strcmp(cmd, c.name)) return c.fn(argc - 2, argv + 2);
-  std::fprintf(stderr, "ouro: unknown command '%s'\n%s", cmd, kUsage);
+  for (const auto& c : cmds) {
+    if (std::strcmp(cmd, c.name) != 0) continue;
+    // Resource exhaustion surfaces as exceptions from allocation and thread creation deep inside
+    // loading; report it as a runtime error instead of aborting.
+    try {
+      return c.fn(argc - 2, argv + 2);
+    } catch (const std::bad_alloc&) {
+      std::fputs("ouro: out of memory\n", stderr);
+    } catch (const std::system_error& e) {
+      std::fprintf(stderr, "ouro: system error: %s\n", e.what());
+    }
+    return 1;
+  }
+  std::fprintf(stderr, "ouro: unknown command '%s' (run 'ouro --help')\n", cmd);
   return 2;
 }

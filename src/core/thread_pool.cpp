@@ -8,9 +8,19 @@ namespace ouro {
 
 // Spin this many pause instructions (~ tens of microseconds) before sleeping on the futex.
 static constexpr int kSpinIterations = 20000;
+// The caller spins this many pauses for helpers to finish before yielding its core.
+static constexpr int kYieldAfter = 200000;
 
 ThreadPool::ThreadPool(int n_threads) : n_(std::max(1, n_threads)) {
-  for (int i = 1; i < n_; ++i) threads_.emplace_back([this, i] { worker(i); });
+  try {
+    for (int i = 1; i < n_; ++i) threads_.emplace_back([this, i] { worker(i); });
+  } catch (...) {  // could not create a thread: stop the ones already running, then report
+    stop_.store(true);
+    generation_.fetch_add(1, std::memory_order_release);
+    generation_.notify_all();
+    for (auto& t : threads_) t.join();
+    throw;
+  }
 }
 
 ThreadPool::~ThreadPool() {
@@ -36,7 +46,12 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();
   fn(0, n_);
-  while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
+  // Spin while helpers finish; if one is not running (another process took its core), yield so
+  // it can get this core instead of spinning through our time slice.
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kYieldAfter) _mm_pause();
+    else std::this_thread::yield();
+  }
 }
 
 void ThreadPool::worker(int idx) {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "core/fp16.h"
 #include "core/status.h"
@@ -16,30 +17,61 @@ AlignedPtr aligned_alloc_zero(size_t bytes) {
   size_t n = (bytes + 63) / 64 * 64;
   if (n == 0) n = 64;
   void* p = std::aligned_alloc(64, n);
-  OURO_ASSERT(p != nullptr);
+  if (!p) throw std::bad_alloc();
   std::memset(p, 0, n);
   return AlignedPtr(static_cast<uint8_t*>(p));
 }
 
 size_t PackedMatrix::bytes() const {
-  switch (kind) {
-    case PackedKind::kQ4: return rows * (cols_pad / 2 + 2 * nb * sizeof(float));
-    case PackedKind::kQ8: return rows * (cols_pad + 2 * nb * sizeof(float));
-    case PackedKind::kRows: return rows * src_row_bytes;
-  }
-  return 0;
+  if (kind == PackedKind::kRows) return rows * src_row_bytes;
+  return quads * quad_bytes;
 }
 
 namespace {
 
-// Writes 32 unsigned 4-bit values of block b into the pair-interleaved nibble layout.
-void put_q4_block(uint8_t* row_nibbles, int64_t b, const uint8_t* u32) {
-  uint8_t* p = row_nibbles + (b / 2) * 32;
-  const bool high = b % 2;
-  for (int i = 0; i < 32; ++i) p[i] = high ? (uint8_t)((p[i] & 0x0f) | (u32[i] << 4)) : (uint8_t)((p[i] & 0xf0) | u32[i]);
+// Offsets inside a step: values, then d[8], then c[8] (kQ4).
+inline size_t scale_offset(const PackedMatrix& m, bool is_c) {
+  return m.value_bytes() + (is_c ? 8 * (m.f32_scales ? 4 : 2) : 0);
+}
+
+inline float load_scale(const PackedMatrix& m, const uint8_t* p) {
+  if (m.f32_scales) { float f; std::memcpy(&f, p, 4); return f; }
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return fp16_to_fp32(h);
+}
+
+inline void store_scale(const PackedMatrix& m, uint8_t* p, float v) {
+  if (m.f32_scales) { std::memcpy(p, &v, 4); return; }
+  const uint16_t h = fp32_to_fp16(v);
+  std::memcpy(p, &h, 2);
+}
+
+// Where row r's scale of block b sits: step b/2, slot 2*(r%4) + b%2.
+inline const uint8_t* scale_ptr(const PackedMatrix& m, int64_t r, int64_t b, bool is_c) {
+  return m.step(r / 4, b / 2) + scale_offset(m, is_c) + (2 * (r % 4) + b % 2) * (m.f32_scales ? 4 : 2);
 }
 
 }  // namespace
+
+int PackedMatrix::raw(int64_t r, int64_t k) const {
+  const int64_t b = k / 32, i = k % 32;
+  const uint8_t* vals = step(r / 4, b / 2);
+  if (kind == PackedKind::kQ8) return (int)(int8_t)(vals[(r % 4) * 64 + (b % 2) * 32 + i] ^ 0x80);
+  const uint8_t byte = vals[(r % 4) * 32 + i];
+  return (b % 2) ? (byte >> 4) : (byte & 0xf);
+}
+
+float PackedMatrix::d(int64_t r, int64_t b) const { return load_scale(*this, scale_ptr(*this, r, b, false)); }
+
+float PackedMatrix::c(int64_t r, int64_t b) const {
+  return kind == PackedKind::kQ4 ? load_scale(*this, scale_ptr(*this, r, b, true)) : -128.0f * d(r, b);
+}
+
+float PackedMatrix::value(int64_t r, int64_t k) const {
+  if (kind == PackedKind::kQ8) return d(r, k / 32) * (float)raw(r, k);
+  return d(r, k / 32) * (float)raw(r, k) + c(r, k / 32);
+}
 
 PackedMatrix pack_matrix(GgmlType type, const uint8_t* data, int64_t cols, int64_t rows) {
   PackedMatrix m;
@@ -47,6 +79,8 @@ PackedMatrix pack_matrix(GgmlType type, const uint8_t* data, int64_t cols, int64
   m.cols = cols;
   m.cols_pad = (cols + 63) / 64 * 64;
   m.nb = m.cols_pad / 32;
+  m.nsteps = m.cols_pad / 64;
+  m.quads = (rows + 3) / 4;
   m.src_type = type;
   m.src = data;
   m.src_row_bytes = row_bytes(type, cols);
@@ -54,32 +88,40 @@ PackedMatrix pack_matrix(GgmlType type, const uint8_t* data, int64_t cols, int64
   const bool q8 = type == GgmlType::kQ8_0;
   if (!q4 && !q8) return m;
   m.kind = q4 ? PackedKind::kQ4 : PackedKind::kQ8;
-  m.q = aligned_alloc_zero(rows * (q4 ? m.cols_pad / 2 : m.cols_pad));
-  m.d = aligned_alloc_zero(rows * m.nb * sizeof(float));
-  m.c = aligned_alloc_zero(rows * m.nb * sizeof(float));
+  m.f32_scales = type == GgmlType::kQ4_K;
+  m.step_bytes = m.value_bytes() + (q4 ? 2 : 1) * 8 * (m.f32_scales ? 4 : 2);
+  m.quad_bytes = m.nsteps * m.step_bytes;
+  m.q = aligned_alloc_zero(m.quads * m.quad_bytes);
+  if (q8)  // padding values are s = 0, i.e. u = 0x80
+    for (int64_t g = 0; g < m.quads; ++g)
+      for (int64_t j = 0; j < m.nsteps; ++j) std::memset(const_cast<uint8_t*>(m.step(g, j)), 0x80, 256);
+
+  auto put = [&](int64_t r, int64_t b, const uint8_t* vals32, float d, float c) {
+    uint8_t* st = const_cast<uint8_t*>(m.step(r / 4, b / 2));
+    if (q4) {
+      uint8_t* p = st + (r % 4) * 32;
+      for (int i = 0; i < 32; ++i)
+        p[i] = (b % 2) ? (uint8_t)((p[i] & 0x0f) | (vals32[i] << 4)) : (uint8_t)((p[i] & 0xf0) | vals32[i]);
+      store_scale(m, const_cast<uint8_t*>(scale_ptr(m, r, b, true)), c);
+    } else {
+      std::memcpy(st + (r % 4) * 64 + (b % 2) * 32, vals32, 32);
+    }
+    store_scale(m, const_cast<uint8_t*>(scale_ptr(m, r, b, false)), d);
+  };
   uint8_t u[32];
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* src = data + r * m.src_row_bytes;
-    uint8_t* qrow = m.q.get() + r * (q4 ? m.cols_pad / 2 : m.cols_pad);
-    float* d = reinterpret_cast<float*>(m.d.get()) + r * m.nb;
-    float* c = reinterpret_cast<float*>(m.c.get()) + r * m.nb;
     if (type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1) {
       const size_t bb = type == GgmlType::kQ4_0 ? sizeof(BlockQ4_0) : sizeof(BlockQ4_1);
       for (int64_t b = 0; b < cols / 32; ++b) {
         const uint8_t* blk = src + b * bb;
-        uint16_t dh;
+        uint16_t dh, mh = 0;
         std::memcpy(&dh, blk, 2);
+        if (type == GgmlType::kQ4_1) std::memcpy(&mh, blk + 2, 2);
         const uint8_t* qs = blk + (type == GgmlType::kQ4_0 ? 2 : 4);
         for (int i = 0; i < 16; ++i) { u[i] = qs[i] & 0xf; u[i + 16] = qs[i] >> 4; }
-        put_q4_block(qrow, b, u);
-        d[b] = fp16_to_fp32(dh);
-        if (type == GgmlType::kQ4_0) {
-          c[b] = -8.0f * d[b];
-        } else {
-          uint16_t mh;
-          std::memcpy(&mh, blk + 2, 2);
-          c[b] = fp16_to_fp32(mh);
-        }
+        const float d = fp16_to_fp32(dh);
+        put(r, b, u, d, type == GgmlType::kQ4_0 ? -8.0f * d : fp16_to_fp32(mh));
       }
     } else if (type == GgmlType::kQ4_K) {
       const BlockQ4_K* blk = reinterpret_cast<const BlockQ4_K*>(src);
@@ -90,20 +132,15 @@ PackedMatrix pack_matrix(GgmlType type, const uint8_t* data, int64_t cols, int64
           q4k_scale_min(sub, blk[k].scales, &sc, &mn);
           const uint8_t* q = blk[k].qs + 32 * (sub / 2);
           for (int l = 0; l < 32; ++l) u[l] = (sub % 2) ? (q[l] >> 4) : (q[l] & 0xf);
-          const int64_t b = k * 8 + sub;
-          put_q4_block(qrow, b, u);
-          d[b] = dd * sc;
-          c[b] = -dmin * mn;
+          put(r, k * 8 + sub, u, dd * sc, -dmin * mn);
         }
       }
     } else {  // Q8_0
       const BlockQ8_0* blk = reinterpret_cast<const BlockQ8_0*>(src);
       for (int64_t b = 0; b < cols / 32; ++b) {
-        for (int i = 0; i < 32; ++i) qrow[b * 32 + i] = (uint8_t)(blk[b].qs[i] ^ 0x80);
-        d[b] = fp16_to_fp32(blk[b].d);
-        c[b] = -128.0f * d[b];
+        for (int i = 0; i < 32; ++i) u[i] = (uint8_t)(blk[b].qs[i] ^ 0x80);
+        put(r, b, u, fp16_to_fp32(blk[b].d), 0);
       }
-      for (int64_t i = cols; i < m.cols_pad; ++i) qrow[i] = 0x80;  // padding: s = 0
     }
   }
   return m;

@@ -1,13 +1,18 @@
 // Matrix multiplication Y[t, r] = sum_k W[r, k] * X[t, k] for the engine's weight formats.
 //
-// Weights are repacked once at load time into one of two integer layouts, an exact re-encoding of
-// the GGUF blocks (no precision is lost), or kept as-is and dequantized row by row:
-//   kQ4  (from Q4_0, Q4_1, Q4_K): value = d[b] * u + c[b], u in 0..15 per 32-element block b.
-//        nibbles: per row, cols_pad/2 bytes; bytes [32j, 32j+32) hold block 2j in their low
-//        nibbles and block 2j+1 in their high nibbles (so one 256-bit load gives two blocks).
-//   kQ8  (from Q8_0): value = d[b] * s, s int8; stored as u = s ^ 0x80 (u = s + 128) for the
-//        unsigned-by-signed VNNI dot; c[b] = -128 * d[b] restores the sign in that path.
-//   kRows (anything else: F32, F16, BF16, Q6_K): rows dequantized to float on the fly.
+// Weights are repacked once at load time into an integer layout that is an exact re-encoding of
+// the GGUF blocks (no precision is lost), or kept as they are and dequantized row by row:
+//   kQ4  (from Q4_0, Q4_1, Q4_K): value = d[b] * u + c[b], u in 0..15, per 32-element block b.
+//   kQ8  (from Q8_0): value = d[b] * s, s int8, stored as u = s ^ 0x80 = s + 128 so that the
+//        unsigned-by-signed VNNI dot applies; the offset is removed with c[b] = -128 * d[b].
+//   kRows (F32, F16, BF16, Q6_K, ...): rows dequantized to float on the fly (slow, exact).
+// Decode reads every weight once per token, so the layout is one linear stream: rows are grouped
+// in quads (4 rows, zero-padded), and each quad is a sequence of steps of 64 columns:
+//   kQ4 step: nibbles of rows 0..3 (32 bytes each: byte i holds block 2j's value i in its low
+//             nibble and block 2j+1's value i in its high nibble), then d[8], then c[8]
+//   kQ8 step: u8 values of rows 0..3 (64 bytes each), then d[8]
+// where d[8] / c[8] = (row0 block 2j, row0 block 2j+1, row1 block 2j, ...). Scales are fp16 when
+// that is exact (Q4_0, Q4_1, Q8_0 store fp16) and f32 otherwise (Q4_K's d*scale products).
 // Activations are quantized per token in blocks of 32 to int8 (d = amax/127), with
 // s[b] = d[b] * sum(q) kept for the c-term, as llama.cpp does for its Q8_1 activations.
 #pragma once
@@ -31,26 +36,32 @@ enum class PackedKind { kQ4, kQ8, kRows };
 
 struct PackedMatrix {
   PackedKind kind = PackedKind::kRows;
+  bool f32_scales = false;
   int64_t rows = 0, cols = 0;
-  int64_t cols_pad = 0;  // cols rounded up to 64
-  int64_t nb = 0;        // blocks of 32 per row (of cols_pad)
-  AlignedPtr q;          // kQ4: rows * cols_pad/2 bytes; kQ8: rows * cols_pad bytes
-  AlignedPtr d, c;       // rows * nb floats each
+  int64_t cols_pad = 0;   // cols rounded up to 64
+  int64_t nb = 0;         // blocks of 32 per row (of cols_pad)
+  int64_t nsteps = 0;     // steps of 64 columns
+  int64_t quads = 0;      // groups of 4 rows
+  size_t step_bytes = 0, quad_bytes = 0;
+  AlignedPtr q;
   // kRows: the original data.
   GgmlType src_type = GgmlType::kF32;
   const uint8_t* src = nullptr;
   size_t src_row_bytes = 0;
 
-  const uint8_t* qrow(int64_t r) const {
-    return q.get() + r * (kind == PackedKind::kQ4 ? cols_pad / 2 : cols_pad);
-  }
-  const float* drow(int64_t r) const { return reinterpret_cast<const float*>(d.get()) + r * nb; }
-  const float* crow(int64_t r) const { return reinterpret_cast<const float*>(c.get()) + r * nb; }
+  const uint8_t* step(int64_t quad, int64_t j) const { return q.get() + quad * quad_bytes + j * step_bytes; }
+  size_t value_bytes() const { return kind == PackedKind::kQ4 ? 128 : 256; }  // per step
+  // Accessors (slow; for references, tests and the embedding lookup).
+  int raw(int64_t r, int64_t k) const;   // u in 0..15 (kQ4) or s in -128..127 (kQ8)
+  float d(int64_t r, int64_t b) const;
+  float c(int64_t r, int64_t b) const;   // kQ4 only
+  float value(int64_t r, int64_t k) const;
   size_t bytes() const;  // bytes read by one full pass over the matrix
 };
 
 // Repacks a GGUF tensor of shape [cols, rows] (ne order). Types Q4_0, Q4_1, Q4_K, Q8_0 become
 // kQ4/kQ8; others become kRows pointing at `data` (which must then outlive the matrix).
+// Kernels compute whole quads; a row range [r0, r1) may start or end inside a quad.
 PackedMatrix pack_matrix(GgmlType type, const uint8_t* data, int64_t cols, int64_t rows);
 
 // Quantized activations for T tokens of `cols` elements.

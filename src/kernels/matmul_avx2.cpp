@@ -1,5 +1,8 @@
-// AVX2 kernels (the baseline ISA): two blocks per step, maddubs/madd integer dots.
+// AVX2 kernels (the baseline ISA): one row quad against one or two tokens per pass, two blocks
+// per step, maddubs/madd integer dots. See matmul.h for the layouts.
 #include <immintrin.h>
+
+#include <algorithm>
 
 #include "kernels/matmul.h"
 
@@ -13,86 +16,91 @@ inline float hsum256(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// Sum over blocks of c[b] * s[b] (the Q4 min/offset term).
-inline float cterm(const float* c, const float* s, int64_t nb) {
-  __m256 acc = _mm256_setzero_ps();
-  int64_t b = 0;
-  for (; b + 8 <= nb; b += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(c + b), _mm256_loadu_ps(s + b), acc);
-  float r = hsum256(acc);
-  for (; b < nb; ++b) r += c[b] * s[b];
-  return r;
-}
-
 inline __m256i dot_u8s8(__m256i u, __m256i s) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 
-// One row against T tokens (T <= 4), Q4 layout.
-template <int T>
-void row_q4(const PackedMatrix& W, const QuantActs& A, int64_t r, int64_t t0, float* Y, int64_t ldy) {
-  const uint8_t* w = W.qrow(r);
-  const float* dw = W.drow(r);
-  const __m256i mask = _mm256_set1_epi8(0x0f);
-  __m256 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t j = 0; j < W.nb / 2; ++j) {
-    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * j));
-    const __m256i lo = _mm256_and_si256(raw, mask);
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
-    for (int t = 0; t < T; ++t) {
-      const int8_t* a = A.qs.data() + (t0 + t) * A.cols_pad + 64 * j;
-      const float* da = A.d.data() + (t0 + t) * A.nb + 2 * j;
-      const __m256i p0 = dot_u8s8(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
-      const __m256i p1 = dot_u8s8(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 32)));
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(dw[2 * j] * da[0]), acc[t]);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(dw[2 * j + 1] * da[1]), acc[t]);
-    }
-  }
-  for (int t = 0; t < T; ++t)
-    Y[(t0 + t) * ldy + r] = hsum256(acc[t]) + cterm(W.crow(r), A.s.data() + (t0 + t) * A.nb, W.nb);
+template <bool kF32>
+inline __m256 load8(const uint8_t* p) {
+  if constexpr (kF32) return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// One row against T tokens, Q8 layout, computed signed (abs/sign trick keeps maddubs from saturating).
-template <int T>
-void row_q8(const PackedMatrix& W, const QuantActs& A, int64_t r, int64_t t0, float* Y, int64_t ldy) {
-  const uint8_t* w = W.qrow(r);
-  const float* dw = W.drow(r);
-  const __m256i flip = _mm256_set1_epi8((char)0x80);
-  __m256 acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < W.nb; ++b) {
-    const __m256i s = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * b)), flip);
-    const __m256i as = _mm256_sign_epi8(s, s);
-    for (int t = 0; t < T; ++t) {
-      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(A.qs.data() + (t0 + t) * A.cols_pad + 32 * b));
-      const __m256i p = dot_u8s8(as, _mm256_sign_epi8(a, s));
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw[b] * A.d[(t0 + t) * A.nb + b]), acc[t]);
+// One quad of rows against T tokens starting at t0; writes rows [lo, hi) of the quad.
+template <bool kIsQ4, bool kF32, int T>
+void quad(const PackedMatrix& W, const QuantActs& A, int64_t g, int64_t t0, int lo, int hi, float* Y, int64_t ldy) {
+  __m256 acc[4][T], cacc[T];
+  for (int r = 0; r < 4; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  for (int t = 0; t < T; ++t) cacc[t] = _mm256_setzero_ps();
+  const size_t sb = kF32 ? 32 : 16;
+  for (int64_t j = 0; j < W.nsteps; ++j) {
+    const uint8_t* st = W.step(g, j);
+    alignas(32) float d8[8];
+    _mm256_store_ps(d8, load8<kF32>(st + W.value_bytes()));
+    if constexpr (kIsQ4) {
+      const __m256 c8 = load8<kF32>(st + W.value_bytes() + sb);
+      for (int t = 0; t < T; ++t) {
+        const __m256 s2 = _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(A.s.data() + (t0 + t) * A.nb + 2 * j)));
+        cacc[t] = _mm256_fmadd_ps(c8, s2, cacc[t]);
+      }
+    }
+    for (int r = 0; r < 4; ++r) {
+      __m256i w0, w1;
+      if constexpr (kIsQ4) {
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st + 32 * r));
+        w0 = _mm256_and_si256(raw, _mm256_set1_epi8(0x0f));
+        w1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0x0f));
+      } else {  // signed values; abs/sign keeps maddubs from saturating
+        w0 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(st + 64 * r)), _mm256_set1_epi8((char)0x80));
+        w1 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(st + 64 * r + 32)), _mm256_set1_epi8((char)0x80));
+      }
+      for (int t = 0; t < T; ++t) {
+        const int8_t* a = A.qs.data() + (t0 + t) * A.cols_pad + 64 * j;
+        const float* da = A.d.data() + (t0 + t) * A.nb + 2 * j;
+        const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
+        const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 32));
+        __m256i p0, p1;
+        if constexpr (kIsQ4) {
+          p0 = dot_u8s8(w0, a0);
+          p1 = dot_u8s8(w1, a1);
+        } else {
+          p0 = dot_u8s8(_mm256_sign_epi8(w0, w0), _mm256_sign_epi8(a0, w0));
+          p1 = dot_u8s8(_mm256_sign_epi8(w1, w1), _mm256_sign_epi8(a1, w1));
+        }
+        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(d8[2 * r] * da[0]), acc[r][t]);
+        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(d8[2 * r + 1] * da[1]), acc[r][t]);
+      }
     }
   }
-  for (int t = 0; t < T; ++t) Y[(t0 + t) * ldy + r] = hsum256(acc[t]);
+  for (int t = 0; t < T; ++t) {
+    alignas(32) float cc[8];
+    _mm256_store_ps(cc, cacc[t]);
+    for (int r = lo; r < hi; ++r)
+      Y[(t0 + t) * ldy + g * 4 + r] = hsum256(acc[r][t]) + (kIsQ4 ? cc[2 * r] + cc[2 * r + 1] : 0.0f);
+  }
 }
 
-template <template <int> class Row>
+template <bool kIsQ4, bool kF32>
 void gemm(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy) {
-  for (int64_t r = r0; r < r1; ++r) {
+  for (int64_t g = r0 / 4; g * 4 < r1; ++g) {
+    const int lo = (int)std::max<int64_t>(0, r0 - g * 4);
+    const int hi = (int)std::min<int64_t>({4, r1 - g * 4, W.rows - g * 4});
     int64_t t = 0;
-    for (; t + 4 <= A.T; t += 4) Row<4>::run(W, A, r, t, Y, ldy);
-    switch (A.T - t) {
-      case 3: Row<3>::run(W, A, r, t, Y, ldy); break;
-      case 2: Row<2>::run(W, A, r, t, Y, ldy); break;
-      case 1: Row<1>::run(W, A, r, t, Y, ldy); break;
-      default: break;
-    }
+    for (; t + 2 <= A.T; t += 2) quad<kIsQ4, kF32, 2>(W, A, g, t, lo, hi, Y, ldy);
+    if (t < A.T) quad<kIsQ4, kF32, 1>(W, A, g, t, lo, hi, Y, ldy);
   }
 }
 
-template <int T> struct RowQ4 { static void run(const PackedMatrix& W, const QuantActs& A, int64_t r, int64_t t, float* Y, int64_t ldy) { row_q4<T>(W, A, r, t, Y, ldy); } };
-template <int T> struct RowQ8 { static void run(const PackedMatrix& W, const QuantActs& A, int64_t r, int64_t t, float* Y, int64_t ldy) { row_q8<T>(W, A, r, t, Y, ldy); } };
+void gemm_q4(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy) {
+  if (W.f32_scales) gemm<true, true>(W, A, r0, r1, Y, ldy);
+  else gemm<true, false>(W, A, r0, r1, Y, ldy);
+}
 
 }  // namespace
 
 const MatmulKernels& matmul_kernels_avx2() {
-  static const MatmulKernels k{gemm<RowQ4>, gemm<RowQ8>};
+  static const MatmulKernels k{gemm_q4, gemm<false, false>};
   return k;
 }
 

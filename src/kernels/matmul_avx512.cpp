@@ -1,5 +1,5 @@
-// AVX-512 VNNI kernels: tiles of R rows x T tokens, two 32-element blocks per 512-bit step,
-// vpdpbusd (u8 x s8 -> s32) dots; per-block scales applied in float. See matmul.h for layouts.
+// AVX-512 VNNI kernels: one row quad x T tokens per pass, two 32-element blocks per 512-bit step,
+// vpdpbusd (u8 x s8 -> s32) dots, per-block scales applied in float. See matmul.h for layouts.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -15,91 +15,117 @@ inline __m512 spread2(const float* x) {
   return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), v);
 }
 
-inline float cterm(const float* c, const float* s, int64_t nb) {
-  __m512 acc = _mm512_setzero_ps();
-  int64_t b = 0;
-  for (; b + 16 <= nb; b += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(c + b), _mm512_loadu_ps(s + b), acc);
-  if (b < nb) {
-    const __mmask16 m = (__mmask16)((1u << (nb - b)) - 1);
-    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, c + b), _mm512_maskz_loadu_ps(m, s + b), acc);
-  }
-  return _mm512_reduce_add_ps(acc);
+template <bool kF32>
+inline __m256 load8(const uint8_t* p) {
+  if constexpr (kF32) return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
 template <bool kIsQ4>
-inline __m512i load_w(const uint8_t* row, int64_t j) {
+inline __m512i load_w(const uint8_t* st, int r) {
   if constexpr (kIsQ4) {
-    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 32 * j));
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st + 32 * r));
     const __m256i mask = _mm256_set1_epi8(0x0f);
     const __m256i lo = _mm256_and_si256(raw, mask);
     const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
   } else {
-    return _mm512_loadu_si512(row + 64 * j);
+    return _mm512_loadu_si512(st + 64 * r);
   }
 }
 
-template <bool kIsQ4, int R, int T>
-void tile(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t t0, float* Y, int64_t ldy) {
-  __m512 acc[R][T];
+// One quad of rows against T tokens from t0; writes rows [lo, hi) of the quad.
+template <bool kIsQ4, bool kF32, int T>
+void quad(const PackedMatrix& W, const QuantActs& A, int64_t g, int64_t t0, int lo, int hi, float* Y, int64_t ldy) {
+  __m512 acc[4][T];
+  __m256 cacc[T];
 #pragma GCC unroll 4
-  for (int r = 0; r < R; ++r)
+  for (int r = 0; r < 4; ++r)
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
-  const uint8_t* wrow[R];
-  const float* dw[R];
-  for (int r = 0; r < R; ++r) { wrow[r] = W.qrow(r0 + r); dw[r] = W.drow(r0 + r); }
+#pragma GCC unroll 4
+  for (int t = 0; t < T; ++t) cacc[t] = _mm256_setzero_ps();
   const int8_t* arow[T];
   const float* da[T];
-  for (int t = 0; t < T; ++t) { arow[t] = A.qs.data() + (t0 + t) * A.cols_pad; da[t] = A.d.data() + (t0 + t) * A.nb; }
-
-  for (int64_t j = 0; j < W.nb / 2; ++j) {
-    __m512i w[R];
-    __m512 sw[R];
+  const float* sa[T];
+  for (int t = 0; t < T; ++t) {
+    arow[t] = A.qs.data() + (t0 + t) * A.cols_pad;
+    da[t] = A.d.data() + (t0 + t) * A.nb;
+    sa[t] = A.s.data() + (t0 + t) * A.nb;
+  }
+  const size_t vb = W.value_bytes(), sb = kF32 ? 32 : 16;
+  const uint8_t* st = W.step(g, 0);
+  for (int64_t j = 0; j < W.nsteps; ++j, st += W.step_bytes) {
+    _mm_prefetch(reinterpret_cast<const char*>(st + 4 * W.step_bytes), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(st + 4 * W.step_bytes + 64), _MM_HINT_T0);
+    const __m512 d8 = _mm512_castps256_ps512(load8<kF32>(st + vb));
+    // The c-term: Q4's c[8], or for Q8 the offset correction -128 * d (scaled at the end).
+    const __m256 c8 = kIsQ4 ? load8<kF32>(st + vb + sb) : _mm512_castps512_ps256(d8);
 #pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) { w[r] = load_w<kIsQ4>(wrow[r], j); sw[r] = spread2(dw[r] + 2 * j); }
+    for (int t = 0; t < T; ++t) {
+      const __m256 s2 = _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(sa[t] + 2 * j)));
+      cacc[t] = _mm256_fmadd_ps(c8, s2, cacc[t]);
+    }
+    __m512i w[4];
+    __m512 sw[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      w[r] = load_w<kIsQ4>(st, r);
+      sw[r] = _mm512_permutexvar_ps(_mm512_set_epi32(2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1,
+                                                     2 * r + 1, 2 * r + 1, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r,
+                                                     2 * r, 2 * r),
+                                    d8);
+    }
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       const __m512i a = _mm512_loadu_si512(arow[t] + 64 * j);
-      const __m512 sa = spread2(da[t] + 2 * j);
+      const __m512 s = spread2(da[t] + 2 * j);
 #pragma GCC unroll 4
-      for (int r = 0; r < R; ++r) {
+      for (int r = 0; r < 4; ++r) {
         const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r], a);
-        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sw[r], sa), acc[r][t]);
+        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sw[r], s), acc[r][t]);
       }
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t)
-      Y[(t0 + t) * ldy + r0 + r] = _mm512_reduce_add_ps(acc[r][t]) +
-                                   cterm(W.crow(r0 + r), A.s.data() + (t0 + t) * A.nb, W.nb);
+  const float cscale = kIsQ4 ? 1.0f : -128.0f;
+  for (int t = 0; t < T; ++t) {
+    alignas(32) float cc[8];
+    _mm256_store_ps(cc, cacc[t]);
+    for (int r = lo; r < hi; ++r)
+      Y[(t0 + t) * ldy + g * 4 + r] = _mm512_reduce_add_ps(acc[r][t]) + cscale * (cc[2 * r] + cc[2 * r + 1]);
+  }
 }
 
-
-template <bool kIsQ4>
+template <bool kIsQ4, bool kF32>
 void gemm(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy) {
-  // Token chunks keep the activations of a chunk hot in L1/L2 while the rows stream through.
+  // Token chunks keep a chunk's activations in L1/L2 while the row quads stream through.
   constexpr int64_t kTokChunk = 64;
   for (int64_t tc = 0; tc < A.T; tc += kTokChunk) {
-    const int64_t tn = std::min(kTokChunk, A.T - tc);
-    int64_t r = r0;
-    for (; r + 4 <= r1; r += 4) {
+    const int64_t te = std::min(A.T, tc + kTokChunk);
+    for (int64_t g = r0 / 4; g * 4 < r1; ++g) {
+      const int lo = (int)std::max<int64_t>(0, r0 - g * 4);
+      const int hi = (int)std::min<int64_t>({4, r1 - g * 4, W.rows - g * 4});
       int64_t t = tc;
-      for (; t + 4 <= tc + tn; t += 4) tile<kIsQ4, 4, 4>(W, A, r, t, Y, ldy);
-      for (; t < tc + tn; ++t) tile<kIsQ4, 4, 1>(W, A, r, t, Y, ldy);
-    }
-    for (; r < r1; ++r) {
-      int64_t t = tc;
-      for (; t + 4 <= tc + tn; t += 4) tile<kIsQ4, 1, 4>(W, A, r, t, Y, ldy);
-      for (; t < tc + tn; ++t) tile<kIsQ4, 1, 1>(W, A, r, t, Y, ldy);
+      for (; t + 4 <= te; t += 4) quad<kIsQ4, kF32, 4>(W, A, g, t, lo, hi, Y, ldy);
+      switch (te - t) {
+        case 3: quad<kIsQ4, kF32, 3>(W, A, g, t, lo, hi, Y, ldy); break;
+        case 2: quad<kIsQ4, kF32, 2>(W, A, g, t, lo, hi, Y, ldy); break;
+        case 1: quad<kIsQ4, kF32, 1>(W, A, g, t, lo, hi, Y, ldy); break;
+        default: break;
+      }
     }
   }
+}
+
+void gemm_q4(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy) {
+  if (W.f32_scales) gemm<true, true>(W, A, r0, r1, Y, ldy);
+  else gemm<true, false>(W, A, r0, r1, Y, ldy);
 }
 
 }  // namespace
 
 const MatmulKernels& matmul_kernels_avx512() {
-  static const MatmulKernels k{gemm<true>, gemm<false>};
+  static const MatmulKernels k{gemm_q4, gemm<false, false>};
   return k;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 
 #include "core/thread_pool.h"
 #include "kernels/ops.h"
@@ -124,7 +125,9 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& path) 
   if (Status s = pack("token_embd.weight", d, c.n_vocab, &w.token_embd); !s) return s.error();
   w.tied_output = f.tensor("output.weight") == nullptr;
   if (!w.tied_output)
-    if (Status s = pack("output.weight", d, c.n_vocab, &w.output); !s) return s.error();
+    if (Status s = pack("output.weight", d, c.n_vocab, &w.output); !s)
+      return runtime_error(s.error().message + " (the vocabulary size " + std::to_string(c.n_vocab) +
+                           " comes from token_embd.weight)");
   if (Status s = norm("output_norm.weight", &w.output_norm); !s) return s.error();
   w.layers.resize(c.n_layer);
   for (int l = 0; l < c.n_layer; ++l) {
@@ -163,18 +166,7 @@ void LlamaModel::embed(int token, float* out) const {
     type_traits(e.src_type)->dequant_row(e.src + token * e.src_row_bytes, out, n);
     return;
   }
-  const uint8_t* q = e.qrow(token);
-  const float* dd = e.drow(token);
-  const float* cc = e.crow(token);
-  for (int64_t k = 0; k < n; ++k) {
-    const int64_t b = k / 32, i = k % 32;
-    if (e.kind == PackedKind::kQ8) {
-      out[k] = dd[b] * (float)(int8_t)(q[k] ^ 0x80);
-    } else {
-      const uint8_t byte = q[(b / 2) * 32 + i];
-      out[k] = dd[b] * (float)((b % 2) ? (byte >> 4) : (byte & 0xf)) + cc[b];
-    }
-  }
+  for (int64_t k = 0; k < n; ++k) out[k] = e.value(token, k);
 }
 
 LlamaState::LlamaState(const LlamaModel& m, int n_ctx, int max_batch)
@@ -183,7 +175,7 @@ LlamaState::LlamaState(const LlamaModel& m, int n_ctx, int max_batch)
   const size_t kv = (size_t)c.n_layer * n_ctx * c.n_head_kv * c.head_dim * sizeof(float);
   k_cache_ = LazyBuffer(kv);
   v_cache_ = LazyBuffer(kv);
-  OURO_ASSERT(k_cache_.ok() && v_cache_.ok());
+  if (!k_cache_.ok() || !v_cache_.ok()) throw std::bad_alloc();
   const size_t B = max_batch_;
   x_.resize(B * c.n_embd);
   xn_.resize(B * c.n_embd);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <system_error>
 
 namespace ouro {
 
@@ -23,15 +24,18 @@ Expected<std::unique_ptr<Engine>> Engine::load(const LaunchConfig& cfg) {
                          " tokens but the embedding has " + std::to_string(e->model_->config().n_vocab));
   std::string tmpl;
   if (const GgufValue* v = e->model_->gguf().find("tokenizer.chat_template"); v && v->type == GgufType::kString) tmpl = v->s;
-  auto ct = ChatTemplate::from_template_text(tmpl);
-  if (!ct) return ct.error();
-  e->chat_ = *ct;
+  e->chat_ = ChatTemplate::from_template_text(tmpl);
+  if (!e->chat_) e->chat_ = runtime_error(cfg.model_path + ": " + e->chat_.error().message);
   const int max_ctx = e->model_->config().n_ctx_train;
   if (e->cfg_.n_ctx <= 0) e->cfg_.n_ctx = std::min(max_ctx, 4096);
   if (e->cfg_.n_ctx > max_ctx)
     return usage_error("--ctx " + std::to_string(e->cfg_.n_ctx) + " exceeds the model's context length " + std::to_string(max_ctx));
   if (e->cfg_.threads <= 0) e->cfg_.threads = std::max(1, (int)sysconf(_SC_NPROCESSORS_ONLN));
-  e->pool_ = std::make_unique<ThreadPool>(e->cfg_.threads);
+  try {
+    e->pool_ = std::make_unique<ThreadPool>(e->cfg_.threads);
+  } catch (const std::system_error& err) {
+    return runtime_error("cannot start " + std::to_string(e->cfg_.threads) + " threads: " + err.what());
+  }
   e->kernels_ = &matmul_kernels(cfg.isa);
   return e;
 }

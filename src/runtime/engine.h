@@ -31,7 +31,8 @@ class Engine {
   const LaunchConfig& config() const { return cfg_; }
   const LlamaModel& model() const { return *model_; }
   const Tokenizer& tokenizer() const { return *tok_; }
-  const ChatTemplate& chat() const { return chat_; }
+  // The chat template, or why the model's template cannot be used (only chat needs it).
+  const Expected<ChatTemplate>& chat() const { return chat_; }
   ThreadPool& pool() { return *pool_; }
   const MatmulKernels& kernels() const { return *kernels_; }
   std::unique_ptr<LlamaState> new_state() const { return std::make_unique<LlamaState>(*model_, cfg_.n_ctx, cfg_.max_batch); }
@@ -40,7 +41,7 @@ class Engine {
   LaunchConfig cfg_;
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<Tokenizer> tok_;
-  ChatTemplate chat_;
+  Expected<ChatTemplate> chat_{ChatTemplate()};
   std::unique_ptr<ThreadPool> pool_;
   const MatmulKernels* kernels_ = nullptr;
 };

@@ -108,7 +108,7 @@ class TensorSpec:
 
 @dataclasses.dataclass
 class ModelPlan:
-    arch: str
+    arch: str | None  # general.architecture (None: omit the key); a "general.architecture" entry in kv overrides it
     kv: dict[str, tuple[VT, Any, VT | None]]  # key -> (type, value, array element type)
     tensors: dict[str, TensorSpec]
     alignment: int | None = None  # writes general.alignment when set
@@ -143,6 +143,19 @@ class ModelPlan:
         rng = np.random.default_rng(seed)
         raw = rng.integers(0, 256, size=byte_shape, dtype=np.uint8)
         self.tensors[name] = TensorSpec(raw, raw_dtype=qtype, shape=tuple(shape))
+        return self
+
+    def quantize(self, qtype: QT, names: list[str] | None = None) -> "ModelPlan":
+        """Quantizes the 2-D float tensors (all of them, or `names`) to qtype with gguf.quants
+        (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, ...; the row length must be a multiple of the block size)."""
+        from gguf import quants
+        for name, ts in list(self.tensors.items()):
+            if ts.raw_dtype is not None or ts.data.ndim != 2 or (names is not None and name not in names):
+                continue
+            raw = quants.quantize(ts.data, qtype)
+            self.tensors[name] = TensorSpec(raw, raw_dtype=qtype, shape=tuple(ts.data.shape))
+        if names is None:
+            self.kv["general.file_type"] = (VT.UINT32, {QT.Q4_0: 2, QT.Q4_1: 3, QT.Q8_0: 7}.get(qtype, 0), None)
         return self
 
     def write(self, path: str | os.PathLike) -> str:
@@ -229,13 +242,14 @@ def tiny_llama_plan(n_layer: int = 2, n_embd: int = 64, n_head: int = 4, n_head_
 def write_gguf(plan: ModelPlan, path: str | os.PathLike) -> str:
     """Writes the plan as a GGUF v3 file (general.architecture first, then plan.kv in order)."""
     path = os.fspath(path)
-    w = gguf.GGUFWriter(path, plan.arch)
-    if plan.alignment is not None:
+    w = gguf.GGUFWriter(path, plan.arch if plan.arch is not None else "")
+    if plan.arch is None or "general.architecture" in plan.kv:
+        # plan.arch None: no general.architecture at all; a plan.kv entry: that value/type instead.
+        w.kv_data[0].pop("general.architecture", None)
+    if plan.alignment is not None:  # any value, even one GGUFWriter.add_custom_alignment would refuse
         w.data_alignment = plan.alignment
         w.add_uint32("general.alignment", plan.alignment)
     for key, (vtype, value, sub) in plan.kv.items():
-        if key == "general.architecture":  # the writer adds it from plan.arch
-            continue
         if vtype == VT.ARRAY:
             w.add_key_value(key, list(value), VT.ARRAY, sub_type=sub)
         else:

@@ -31,23 +31,10 @@ int main(int argc, char** argv) {
   if (!std::strcmp(argv[3], "ref")) {
     for (int64_t r = 0; r < rows; ++r) tt->dequant_row(in.data() + r * rb, out.data() + r * cols, cols);
   } else {
-    // Recover each value from the packed layout: multiply by one-hot activations is overkill;
-    // read the layout directly (value = d*u + c for kQ4, d*s for kQ8).
     PackedMatrix m = pack_matrix(type, in.data(), cols, rows);
     if (m.kind == PackedKind::kRows) { std::fprintf(stderr, "type has no packed layout\n"); return 2; }
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t k = 0; k < cols; ++k) {
-        const int64_t b = k / 32, i = k % 32;
-        const uint8_t* q = m.qrow(r);
-        float v;
-        if (m.kind == PackedKind::kQ8) {
-          v = m.drow(r)[b] * (float)(int8_t)(q[k] ^ 0x80);
-        } else {
-          const uint8_t byte = q[(b / 2) * 32 + i];
-          v = m.drow(r)[b] * (float)((b % 2) ? (byte >> 4) : (byte & 0xf)) + m.crow(r)[b];
-        }
-        out[r * cols + k] = v;
-      }
+      for (int64_t k = 0; k < cols; ++k) out[r * cols + k] = m.value(r, k);
   }
   std::fwrite(out.data(), sizeof(float), out.size(), stdout);
   return 0;

@@ -1,0 +1,338 @@
+#!/usr/bin/env python3
+"""Interleaved throughput comparison: `ouro bench` against llama.cpp (llama-cpp-python), same GGUF.
+
+Each measurement is a fresh process: ouro is `ouro bench --repeats 1 --warmup W ... --json`, llama.cpp
+is this script re-run as a worker (--llama-worker) that loads the model and measures the same two
+figures the same way (src/cli/cmd_bench.cpp):
+  pp  one forward over P token ids from an empty cache; tok/s = P / time. The ids are the ones ouro
+      uses: std::mt19937(1234) draws, each modulo n_vocab.
+  tg  G single-token forwards from an empty cache, starting from the first prompt id (1 when P = 0),
+      each next id the argmax of the previous step's logits; tok/s = G / time.
+llama.cpp side: n_threads = n_threads_batch = T, n_batch = n_ubatch >= P (so pp is one decode),
+one llama_decode per step via llama_batch_get_one (only the last position's logits are produced, as
+in ouro), llama_synchronize before the clock stops, cache cleared with llama_memory_clear.
+
+Memory bandwidth on shared machines drifts by tens of percent over minutes, so the engines are
+run alternately (ouro, llama.cpp, ouro, llama.cpp, ...) for --rounds rounds after --warmup-runs
+discarded runs of each; per-round figures, each engine's medians, the ratio of the medians and the
+median of the per-round (paired) ratios are printed. --json FILE writes the whole record.
+Each measurement also records the 1-minute load average and the share of its wall time in which
+some task waited for a CPU (Linux /proc/pressure/cpu, "stall%"): both engines spin-wait between
+parallel steps, so with T = all cores any other load makes them collapse (10-50x was seen on a
+2-core VM); a warning is printed when stall% exceeds 5%.
+
+Usage: .venv/bin/python bench/compare_llamacpp.py [--prompt-len 512] [--gen-len 128] [--threads 2]
+       [--rounds 5] [--json out.json]
+"""
+import argparse
+import ctypes
+import datetime
+import json
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DEFAULT_MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_OURO = ROOT / "build" / "ouro"
+PROMPT_SEED = 1234      # cmd_bench.cpp: std::mt19937 rng(1234)
+STALL_WARN = 0.05       # warn when CPU pressure (some tasks waiting for a CPU) exceeds 5% of a run
+
+
+def mt19937(seed):
+    """std::mt19937 (32-bit Mersenne Twister, default tempering): yields its raw outputs."""
+    mask = 0xFFFFFFFF
+    mt = [seed & mask]
+    for i in range(1, 624):
+        mt.append((1812433253 * (mt[-1] ^ (mt[-1] >> 30)) + i) & mask)
+    while True:
+        for i in range(624):
+            y = (mt[i] & 0x80000000) | (mt[(i + 1) % 624] & 0x7FFFFFFF)
+            mt[i] = mt[(i + 397) % 624] ^ (y >> 1) ^ (0x9908B0DF if y & 1 else 0)
+        for i in range(624):
+            y = mt[i]
+            y ^= y >> 11
+            y ^= (y << 7) & 0x9D2C5680
+            y ^= (y << 15) & 0xEFC60000
+            y ^= y >> 18
+            yield y
+
+
+def check_mt19937():
+    """The C++ standard fixes the 10000th output of a default-seeded (5489) std::mt19937."""
+    g = mt19937(5489)
+    for _ in range(9999):
+        next(g)
+    assert next(g) == 4123659995, "mt19937 implementation does not match std::mt19937"
+
+
+def bench_prompt(n, n_vocab):
+    g = mt19937(PROMPT_SEED)
+    return [next(g) % n_vocab for _ in range(n)]
+
+
+# ---------------------------------------------------------------------------------------------
+# llama.cpp worker (runs in its own process)
+
+def llama_worker(args):
+    import numpy as np
+    import llama_cpp
+
+    P, G, T = args.prompt_len, args.gen_len, args.threads
+    n_ctx = max(512, -(-max(P, G, 1) // 256) * 256)
+    n_batch = max(512, P)
+    llm = llama_cpp.Llama(str(args.model), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, n_threads=T,
+                          n_threads_batch=T, logits_all=False, flash_attn=args.flash_attn, verbose=False)
+    ctx = llm.ctx
+    mem = llama_cpp.llama_get_memory(ctx)
+    n_vocab = llm.n_vocab()
+    prompt = bench_prompt(P, n_vocab)
+    prompt_arr = (llama_cpp.llama_token * max(P, 1))(*prompt)
+    tok_arr = (llama_cpp.llama_token * 1)()
+
+    def decode(arr, n):
+        rc = llama_cpp.llama_decode(ctx, llama_cpp.llama_batch_get_one(arr, n))
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc}")
+
+    pp, tg = [], []
+    for r in range(args.inproc_warmup + 1):
+        keep = r >= args.inproc_warmup
+        if P > 0:
+            llama_cpp.llama_memory_clear(mem, False)
+            t0 = time.perf_counter()
+            decode(prompt_arr, P)
+            llama_cpp.llama_synchronize(ctx)
+            if keep:
+                pp.append(P / (time.perf_counter() - t0))
+        if G > 0:
+            llama_cpp.llama_memory_clear(mem, False)
+            tok = prompt[0] if P > 0 else 1
+            t0 = time.perf_counter()
+            for _ in range(G):
+                tok_arr[0] = tok
+                decode(tok_arr, 1)
+                logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, -1), shape=(n_vocab,))
+                tok = int(logits.argmax())
+            if keep:
+                tg.append(G / (time.perf_counter() - t0))
+    out = {"prefill_tok_s": pp[0] if pp else None, "decode_tok_s": tg[0] if tg else None,
+           "n_ctx": n_ctx, "n_batch": n_batch, "flash_attn": args.flash_attn,
+           "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip()}
+    print(json.dumps(out))
+
+
+# ---------------------------------------------------------------------------------------------
+# driver
+
+def loadavg():
+    try:
+        return float(pathlib.Path("/proc/loadavg").read_text().split()[0])
+    except OSError:
+        return None
+
+
+def cpu_stall_us():
+    """Cumulative microseconds in which some runnable task waited for a CPU (Linux PSI), or None."""
+    try:
+        line = pathlib.Path("/proc/pressure/cpu").read_text().splitlines()[0]
+        return int(line.rsplit("total=", 1)[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def cpu_model():
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def git_describe():
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def run_ouro(args):
+    cmd = [str(args.ouro), "bench", "--prompt-len", str(args.prompt_len), "--gen-len", str(args.gen_len),
+           "--repeats", "1", "--warmup", str(args.inproc_warmup), "--threads", str(args.threads),
+           "--model", str(args.model), "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}: {p.stderr.strip()}")
+    j = json.loads(p.stdout)
+    return {"prefill_tok_s": j.get("prefill_tok_s", {}).get("median"),
+            "decode_tok_s": j.get("decode_tok_s", {}).get("median"), "raw": j}
+
+
+def run_llama(args):
+    cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--llama-worker",
+           "--prompt-len", str(args.prompt_len), "--gen-len", str(args.gen_len), "--threads", str(args.threads),
+           "--inproc-warmup", str(args.inproc_warmup), "--model", str(args.model)]
+    if args.flash_attn:
+        cmd.append("--flash-attn")
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"llama.cpp worker exited {p.returncode}: {p.stderr.strip()[-2000:]}")
+    j = json.loads(p.stdout.strip().splitlines()[-1])
+    return {"prefill_tok_s": j["prefill_tok_s"], "decode_tok_s": j["decode_tok_s"], "raw": j}
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def fmt(x, width=8):
+    return f"{x:{width}.1f}" if x is not None else " " * (width - 1) + "-"
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prompt-len", "-P", type=int, default=512)
+    ap.add_argument("--gen-len", "-G", type=int, default=128)
+    ap.add_argument("--threads", "-T", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5, help="measured ouro/llama.cpp pairs (default 5)")
+    ap.add_argument("--warmup-runs", type=int, default=1,
+                    help="discarded runs of each engine, alternated, before the rounds (default 1)")
+    ap.add_argument("--inproc-warmup", type=int, default=0,
+                    help="discarded repeats inside each measured process, both engines (ouro --warmup; "
+                         "default 0)")
+    ap.add_argument("--model", type=pathlib.Path, default=DEFAULT_MODEL)
+    ap.add_argument("--ouro", type=pathlib.Path, default=DEFAULT_OURO)
+    ap.add_argument("--flash-attn", action="store_true", help="llama.cpp flash attention (default off)")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per measurement process")
+    ap.add_argument("--json", type=pathlib.Path, help="write the full record to this file")
+    ap.add_argument("--llama-worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    args.model = args.model.resolve()
+    if args.prompt_len < 0 or args.gen_len < 0 or (args.prompt_len == 0 and args.gen_len == 0):
+        ap.error("need --prompt-len >= 0, --gen-len >= 0, not both 0")
+    if args.threads < 1 or args.rounds < 1 or args.warmup_runs < 0 or args.inproc_warmup < 0:
+        ap.error("need --threads >= 1, --rounds >= 1, --warmup-runs >= 0, --inproc-warmup >= 0")
+
+    if args.llama_worker:
+        llama_worker(args)
+        return
+
+    check_mt19937()
+    import llama_cpp
+    if not args.ouro.exists():
+        sys.exit(f"compare_llamacpp: ouro binary not found at {args.ouro}")
+    if not args.model.exists():
+        sys.exit(f"compare_llamacpp: model not found at {args.model}")
+
+    P, G, T = args.prompt_len, args.gen_len, args.threads
+    print(f"ouro {git_describe()} vs llama-cpp-python {llama_cpp.__version__}  model {args.model.name}  "
+          f"cpu {cpu_model()}  threads {T}  pp{P} tg{G}  rounds {args.rounds} (+{args.warmup_runs} warm-up)",
+          flush=True)
+
+    engines = (("ouro", run_ouro), ("llama.cpp", run_llama))
+    samples = {name: [] for name, _ in engines}
+    warmups = []
+    for w in range(args.warmup_runs):
+        for name, fn in engines:
+            r = fn(args)
+            warmups.append({"engine": name, "prefill_tok_s": r["prefill_tok_s"], "decode_tok_s": r["decode_tok_s"]})
+            print(f"warm-up {w + 1}  {name:9s}  pp {fmt(r['prefill_tok_s'])}  tg {fmt(r['decode_tok_s'])}  tok/s",
+                  flush=True)
+
+    rounds, stalls = [], []
+    print(f"{'round':>5}  {'ouro pp':>8} {'ouro tg':>8}  {'llama pp':>8} {'llama tg':>8}  {'pp o/l':>6} {'tg o/l':>6}  {'stall%':>6}")
+    for i in range(args.rounds):
+        rec = {"round": i + 1}
+        for name, fn in engines:
+            la = loadavg()
+            t = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+            st0, w0 = cpu_stall_us(), time.monotonic()
+            r = fn(args)
+            st1, w1 = cpu_stall_us(), time.monotonic()
+            stall = (st1 - st0) / 1e6 / (w1 - w0) if st0 is not None and st1 is not None else None
+            s = {"round": i + 1, "time_utc": t, "loadavg_1m": la, "wall_s": w1 - w0, "cpu_stall_frac": stall,
+                 "prefill_tok_s": r["prefill_tok_s"], "decode_tok_s": r["decode_tok_s"]}
+            samples[name].append(s)
+            rec[name] = r
+            stalls.append(stall)
+        o, l = rec["ouro"], rec["llama.cpp"]
+        rec["ratio_pp"] = ratio(o["prefill_tok_s"], l["prefill_tok_s"])
+        rec["ratio_tg"] = ratio(o["decode_tok_s"], l["decode_tok_s"])
+        rounds.append(rec)
+        rp = f"{rec['ratio_pp']:6.3f}" if rec["ratio_pp"] is not None else "     -"
+        rt = f"{rec['ratio_tg']:6.3f}" if rec["ratio_tg"] is not None else "     -"
+        st = [x for x in (samples["ouro"][-1]["cpu_stall_frac"], samples["llama.cpp"][-1]["cpu_stall_frac"])
+              if x is not None]
+        sp = f"{100 * max(st):6.1f}" if st else "     -"
+        print(f"{i + 1:5d}  {fmt(o['prefill_tok_s'])} {fmt(o['decode_tok_s'])}  "
+              f"{fmt(l['prefill_tok_s'])} {fmt(l['decode_tok_s'])}  {rp} {rt}  {sp}", flush=True)
+
+    summary = {}
+    for name in samples:
+        summary[name] = {k: median([s[k] for s in samples[name]]) for k in ("prefill_tok_s", "decode_tok_s")}
+    for k, key in (("pp", "prefill_tok_s"), ("tg", "decode_tok_s")):
+        summary[f"ratio_{k}_of_medians"] = ratio(summary["ouro"][key], summary["llama.cpp"][key])
+        summary[f"ratio_{k}_median_paired"] = median([r[f"ratio_{k}"] for r in rounds])
+    print(f"{'median':>5}  {fmt(summary['ouro']['prefill_tok_s'])} {fmt(summary['ouro']['decode_tok_s'])}  "
+          f"{fmt(summary['llama.cpp']['prefill_tok_s'])} {fmt(summary['llama.cpp']['decode_tok_s'])}")
+    for k in ("pp", "tg"):
+        a, b = summary[f"ratio_{k}_of_medians"], summary[f"ratio_{k}_median_paired"]
+        if a is not None:
+            print(f"ouro/llama.cpp {k}{P if k == 'pp' else G}: {a:.3f} (ratio of medians), "
+                  f"{b:.3f} (median of per-round ratios)")
+
+    worst = max((x for x in stalls if x is not None), default=None)
+    if worst is not None and worst > STALL_WARN:
+        print(f"WARNING: runnable tasks waited for a CPU during {100 * worst:.0f}% of a measurement "
+              f"(/proc/pressure/cpu); the machine was not quiet and these figures are not trustworthy")
+
+    if args.json:
+        first_ouro = rounds[0]["ouro"]["raw"]
+        record = {
+            "ouro_commit": git_describe(),
+            "ouro_build_commit": first_ouro.get("commit"),
+            "ouro_isa": first_ouro.get("isa"),
+            "ouro_cpu": first_ouro.get("cpu"),
+            "ouro_cpu_features": first_ouro.get("cpu_features"),
+            "ouro_build_flags": first_ouro.get("build_flags"),
+            "cpu_model": cpu_model(),
+            "n_cpus_online": os.cpu_count(),
+            "threads": T,
+            "prompt_len": P,
+            "gen_len": G,
+            "rounds": args.rounds,
+            "warmup_runs": args.warmup_runs,
+            "inproc_warmup": args.inproc_warmup,
+            "model": str(args.model),
+            "llama_cpp_python_version": llama_cpp.__version__,
+            "llama_cpp_settings": {k: rounds[0]["llama.cpp"]["raw"][k] for k in ("n_ctx", "n_batch", "flash_attn")},
+            "llama_cpp_system_info": rounds[0]["llama.cpp"]["raw"]["system_info"],
+            "python": platform.python_version(),
+            "kernel": platform.release(),
+            "started_utc": samples["ouro"][0]["time_utc"],
+            "order": "ouro then llama.cpp in every round",
+            "warmups": warmups,
+            "samples": samples,
+            "per_round_ratios": [{"round": r["round"], "pp": r["ratio_pp"], "tg": r["ratio_tg"]} for r in rounds],
+            "summary": summary,
+            "ouro_bench_json": [r["ouro"]["raw"] for r in rounds],
+        }
+        args.json.write_text(json.dumps(record, indent=2) + "\n")
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

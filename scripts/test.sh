@@ -28,7 +28,7 @@ step "libFuzzer: GGUF reader for ${FUZZ_SECONDS}s"
 TARGETS=fuzz_gguf scripts/build.sh build-fuzz RelWithDebInfo -DOURO_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++
 mkdir -p build-fuzz/corpus build-fuzz/crashes
 .venv/bin/python tests/fuzz/make_seeds.py build-fuzz/corpus
-if ! ./build-fuzz/fuzz_gguf -max_total_time="$FUZZ_SECONDS" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
+if ! ./build-fuzz/fuzz_gguf -max_total_time="$FUZZ_SECONDS" -max_len=131072 -timeout=10 -rss_limit_mb=2048 \
      -artifact_prefix=build-fuzz/crashes/ build-fuzz/corpus tests/fuzz/regressions >build-fuzz/fuzz.log 2>&1; then
   tail -n 40 build-fuzz/fuzz.log
   echo "fuzz_gguf found a crash: see build-fuzz/crashes/ (add it to tests/fuzz/regressions/ once fixed)"

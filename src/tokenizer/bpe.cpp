@@ -28,13 +28,6 @@ const ByteMap& byte_map() {
   return m;
 }
 
-void append_utf8(std::string& s, uint32_t cp) {
-  if (cp < 0x80) { s += (char)cp; }
-  else if (cp < 0x800) { s += (char)(0xc0 | (cp >> 6)); s += (char)(0x80 | (cp & 0x3f)); }
-  else if (cp < 0x10000) { s += (char)(0xe0 | (cp >> 12)); s += (char)(0x80 | ((cp >> 6) & 0x3f)); s += (char)(0x80 | (cp & 0x3f)); }
-  else { s += (char)(0xf0 | (cp >> 18)); s += (char)(0x80 | ((cp >> 12) & 0x3f)); s += (char)(0x80 | ((cp >> 6) & 0x3f)); s += (char)(0x80 | (cp & 0x3f)); }
-}
-
 constexpr int kTypeControl = 3, kTypeUserDefined = 4;
 
 }  // namespace

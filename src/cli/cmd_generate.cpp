@@ -142,6 +142,12 @@ int cmd_chat(int argc, char** argv) {
     });
     if (!r) return report(r.error());
     std::puts("");
+    // A reply cut by the length limit leaves its last token sampled but not yet in the cache.
+    if (r->finish_reason == "length" && !r->tokens.empty() && st->n_past() < st->n_ctx()) {
+      std::vector<float> logits(e.model().config().n_vocab);
+      if (Status s = st->forward(&r->tokens.back(), 1, logits.data(), false, e.pool(), e.kernels()); !s)
+        return report(s.error());
+    }
     history.push_back({"assistant", r->text});
     // The cache holds the prompt and the reply but not the closing "<|im_end|>\n": feed it next turn.
     rendered_so_far = tmpl.render(history, false);

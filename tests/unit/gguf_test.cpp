@@ -13,7 +13,7 @@ using namespace ouro;
 
 namespace {
 
-struct Writer {
+struct Writer {  // raw writer: these tests need exact byte offsets
   std::vector<uint8_t> b;
   template <typename T> void put(T v) { const uint8_t* p = reinterpret_cast<const uint8_t*>(&v); b.insert(b.end(), p, p + sizeof(T)); }
   void str(const std::string& s) { put<uint64_t>(s.size()); b.insert(b.end(), s.begin(), s.end()); }

@@ -24,6 +24,11 @@ step "ASan+UBSan build and unit tests"
 scripts/build.sh build-asan RelWithDebInfo -DOURO_SANITIZE=ON
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --test-dir build-asan --output-on-failure -j 2
 
+step "CLI bad-input tests on the ASan+UBSan binary"
+# The address-space-limit cases are left out: ASan reserves terabytes of virtual memory.
+OURO_BIN=build-asan/ouro UBSAN_OPTIONS=halt_on_error=1 .venv/bin/python -m pytest -q tests/cli/test_bad_input.py \
+  -k "not memory_limit and not out_of_memory and not thread_creation"
+
 step "libFuzzer: GGUF reader for ${FUZZ_SECONDS}s"
 TARGETS=fuzz_gguf scripts/build.sh build-fuzz RelWithDebInfo -DOURO_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++
 mkdir -p build-fuzz/corpus build-fuzz/crashes

@@ -8,6 +8,7 @@
 #include "core/fp16.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "kernels/ops.h"
 
 namespace ouro {
 
@@ -186,16 +187,13 @@ void gemm_rows(const MatmulKernels& k, const PackedMatrix& W, const QuantActs& A
     case PackedKind::kQ4: k.gemm_q4(W, A, r0, r1, Y, ldy); return;
     case PackedKind::kQ8: k.gemm_q8(W, A, r0, r1, Y, ldy); return;
     case PackedKind::kRows: {
+      // Types without an integer layout: dequantize each row once, then float dot products
+      // (AVX2 FMA) with every token's float activations.
       const TypeTraits* tt = type_traits(W.src_type);
       std::vector<float> row(W.cols);
       for (int64_t r = r0; r < r1; ++r) {
         tt->dequant_row(W.src + r * W.src_row_bytes, row.data(), W.cols);
-        for (int64_t t = 0; t < A.T; ++t) {
-          const float* x = A.x + t * A.cols;
-          double acc = 0;  // rows are a rare, slow path: keep it simple and accurate
-          for (int64_t i = 0; i < W.cols; ++i) acc += (double)row[i] * x[i];
-          Y[t * ldy + r] = (float)acc;
-        }
+        for (int64_t t = 0; t < A.T; ++t) Y[t * ldy + r] = dot_f32(row.data(), A.x + t * A.cols, W.cols);
       }
       return;
     }

@@ -1,4 +1,5 @@
 #include "kernels/ops.h"
+#include "kernels/simd_avx2.h"
 
 #include <immintrin.h>
 
@@ -8,12 +9,6 @@ namespace ouro {
 
 namespace {
 
-inline float hsum256(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 // exp(x) for x <= 0 (softmax arguments after max subtraction): range reduction x = n ln2 + r,
 // |r| <= ln2/2, degree-6 polynomial; relative error about 2e-7 (tested against std::exp).

@@ -7,7 +7,9 @@
 
 #include "cli/common.h"
 #include "ouro_version.h"
+#include "lab/probe.h"
 #include "runtime/sampler.h"
+#include "trace/trace.h"
 
 namespace ouro {
 
@@ -17,6 +19,7 @@ const char* kUsage =
     "usage: ouro bench [--prompt-len 512] [--gen-len 128] [--repeats 5] [--warmup 1] [--json]\n"
     "  Prefill: one forward over prompt-len tokens from an empty cache (pp).\n"
     "  Decode: gen-len greedy single-token steps from an empty cache (tg), as llama-bench does.\n"
+    "  --trace FILE       Chrome trace of the measured repeats (docs/trace.md); --trace-buffer N\n"
     "  -m, --model PATH   -t, --threads N   --ctx N   --isa auto|avx512|avx2|scalar\n";
 
 struct Stats { double median, min, max; };
@@ -32,7 +35,7 @@ Stats stats(std::vector<double> v) {
 int cmd_bench(int argc, char** argv) {
   if (wants_help(argc, argv)) { std::fputs(kUsage, stdout); return 0; }
   Args a;
-  if (Status s = a.parse(argc, argv, concat(kCommonValueFlags, {"--prompt-len", "--gen-len", "--repeats", "--warmup"}), {"--json"}); !s)
+  if (Status s = a.parse(argc, argv, concat(concat(kCommonValueFlags, kTraceFlags), {"--prompt-len", "--gen-len", "--repeats", "--warmup"}), {"--json"}); !s)
     return report(s.error());
   if (!a.positional().empty()) return report(usage_error("unexpected argument '" + a.positional()[0] + "'"));
   auto pl = a.integer("--prompt-len", 512, 0, 1 << 20);
@@ -46,6 +49,9 @@ int cmd_bench(int argc, char** argv) {
   if (!eng) return report(eng.error());
   Engine& e = **eng;
   const LlamaConfig& c = e.model().config();
+  // The trace covers the measured repeats, not the warm-up (started when warm-up ends).
+  if (*warm == 0)
+    if (Status s = start_trace(a); !s) return report(s.error());
   auto st = e.new_state();
   if (*pl > st->n_ctx() || *gl > st->n_ctx())
     return report(usage_error("--prompt-len/--gen-len exceed the context of " + std::to_string(st->n_ctx()) + " (raise --ctx)"));
@@ -58,24 +64,35 @@ int cmd_bench(int argc, char** argv) {
   std::vector<double> pp, tg;
   for (int r = 0; r < *warm + *reps; ++r) {
     const bool keep = r >= *warm;
+    if (r == *warm && *warm > 0)
+      if (Status s = start_trace(a); !s) return report(s.error());
     if (*pl > 0) {
       st->reset();
       auto t0 = clock::now();
+      trace::Span phase("prefill", "phase", -1, (int)prompt.size());
+      phase.pos(0);
       if (Status s = st->forward(prompt.data(), (int)prompt.size(), logits.data(), false, e.pool(), e.kernels()); !s)
         return report(s.error());
       if (keep) pp.push_back(*pl / std::chrono::duration<double>(clock::now() - t0).count());
+      trace::counter("kv_cache", st->n_past());
     }
     if (*gl > 0) {
       st->reset();
       int tok = prompt.empty() ? 1 : prompt[0];
       auto t0 = clock::now();
       for (int i = 0; i < *gl; ++i) {
-        if (Status s = st->forward(&tok, 1, logits.data(), false, e.pool(), e.kernels()); !s) return report(s.error());
+        {
+          trace::Span phase("decode", "phase", -1, 1);
+          phase.pos(st->n_past());
+          if (Status s = st->forward(&tok, 1, logits.data(), false, e.pool(), e.kernels()); !s) return report(s.error());
+        }
+        trace::Span sp("sample", "sample", -1, 1, 4.0 * c.n_vocab);
         tok = argmax(logits.data(), c.n_vocab);
       }
       if (keep) tg.push_back(*gl / std::chrono::duration<double>(clock::now() - t0).count());
     }
   }
+  if (Status s = finish_trace(a, e); !s) return report(s.error());
   // Decode reads every weight once per token plus, on average, half the final KV cache.
   const double kv_avg = 0.5 * (double)*gl * st->kv_bytes_per_token();
   const double bytes_per_tok = (double)e.model().weight_bytes_per_token() + kv_avg;
@@ -91,6 +108,14 @@ int cmd_bench(int argc, char** argv) {
                       {"repeats", *reps},
                       {"warmup", *warm},
                       {"bytes_per_decode_token", bytes_per_tok}};
+  // The machine's ceiling from `ouro probe`'s cache (not measured here: run `ouro probe` once).
+  if (auto probe = load_cached_probe()) {
+    j["probe"] = nlohmann::json::parse(probe->to_json());
+    if (probe->best_read_gb_s() > 0 && !tg.empty())
+      j["decode_fraction_of_read_bw"] = stats(tg).median * bytes_per_tok / 1e9 / probe->best_read_gb_s();
+  } else {
+    j["probe"] = nullptr;
+  }
   if (!pp.empty()) {
     Stats s = stats(pp);
     j["prefill_tok_s"] = {{"median", s.median}, {"min", s.min}, {"max", s.max}, {"samples", pp}};
@@ -111,8 +136,11 @@ int cmd_bench(int argc, char** argv) {
     }
     if (!tg.empty()) {
       Stats s = stats(tg);
-      std::printf("tg%lld  %8.1f tok/s  (min %.1f, max %.1f)  %.1f GB/s achieved\n", *gl, s.median, s.min, s.max,
+      std::printf("tg%lld  %8.1f tok/s  (min %.1f, max %.1f)  %.1f GB/s achieved", *gl, s.median, s.min, s.max,
                   s.median * bytes_per_tok / 1e9);
+      if (j.contains("decode_fraction_of_read_bw"))
+        std::printf(", %.0f%% of the probe's read bandwidth", 100 * j["decode_fraction_of_read_bw"].get<double>());
+      std::printf("\n");
     }
   }
   return 0;

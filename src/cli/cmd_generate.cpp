@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "trace/trace.h"
 
 namespace ouro {
 
@@ -23,6 +24,8 @@ const char* kGenerateUsage =
     "  --min-p P              (default 0.05)            --seed S    (default 0)\n"
     "  --repeat-penalty R     (default 1.0 = off)       --repeat-last-n N (default 64)\n"
     "  --json                 print one JSON object (see docs/cli.md)\n"
+    "  --trace FILE           write a Chrome trace of the run (docs/trace.md)\n"
+    "  --trace-buffer N       events kept per thread (default 1000000; oldest dropped)\n"
     "  -m, --model PATH       GGUF model (default: $OURO_MODEL or models/SmolLM2-135M-Instruct.Q4_1.gguf)\n"
     "  -t, --threads N        threads (default: all CPUs)    --ctx N   context length\n"
     "  --isa auto|avx512|avx2|scalar   kernel family (default auto)\n";
@@ -48,7 +51,7 @@ Expected<std::vector<int>> stop_ids_for(const Engine& e, bool chat) {
 int cmd_generate(int argc, char** argv) {
   if (wants_help(argc, argv)) { std::fputs(kGenerateUsage, stdout); return 0; }
   Args a;
-  if (Status s = a.parse(argc, argv, concat(concat(kCommonValueFlags, kSamplingFlags), {"-p", "--prompt", "-n", "--n-predict", "--system"}),
+  if (Status s = a.parse(argc, argv, concat(concat(concat(kCommonValueFlags, kSamplingFlags), kTraceFlags), {"-p", "--prompt", "-n", "--n-predict", "--system"}),
                          {"--chat", "--json"});
       !s)
     return report(s.error());
@@ -59,6 +62,7 @@ int cmd_generate(int argc, char** argv) {
   if (!n) return report(n.error());
   auto sp = sampling_from(a);
   if (!sp) return report(sp.error());
+  if (Status s = start_trace(a); !s) return report(s.error());
   auto eng = load_engine(a);
   if (!eng) return report(eng.error());
   Engine& e = **eng;
@@ -71,7 +75,11 @@ int cmd_generate(int argc, char** argv) {
     msgs.push_back({"user", prompt});
     text = e.chat()->render(msgs);
   }
-  const std::vector<int> ids = e.tokenizer().encode(text);
+  std::vector<int> ids;
+  {
+    trace::Span sp("tokenize", "io", -1, -1, (double)text.size());
+    ids = e.tokenizer().encode(text);
+  }
   auto stop = stop_ids_for(e, chat);
   auto st = e.new_state();
   const bool json = a.has("--json");
@@ -80,6 +88,7 @@ int cmd_generate(int argc, char** argv) {
     std::fflush(stdout);
   });
   if (!r) return report(r.error());
+  if (Status s = finish_trace(a, e); !s) return report(s.error());
   if (json) {
     nlohmann::json j = {{"text", r->text},
                         {"prompt_tokens", r->prompt_tokens},

@@ -6,10 +6,42 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "ouro_version.h"
+#include "trace/trace.h"
 
 namespace ouro {
 
 const std::vector<std::string> kCommonValueFlags = {"--model", "-m", "--threads", "-t", "--ctx", "--isa"};
+const std::vector<std::string> kTraceFlags = {"--trace", "--trace-buffer"};
+
+Status start_trace(const Args& a) {
+  auto cap = a.integer("--trace-buffer", 1000000, 16, 100000000);
+  if (!cap) return cap.error();
+  if (a.has("--trace-buffer") && !a.has("--trace")) return usage_error("--trace-buffer needs --trace FILE");
+  if (!a.has("--trace")) return Ok{};
+  if (a.str("--trace").empty()) return usage_error("flag --trace needs a file name");
+  trace::set_thread_name("main");
+  trace::enable((size_t)*cap);
+  return Ok{};
+}
+
+Status finish_trace(const Args& a, const Engine& e) {
+  if (!a.has("--trace")) return Ok{};
+  trace::disable();
+  const LaunchConfig& c = e.config();
+  nlohmann::json other = {{"commit", OURO_COMMIT},
+                          {"model", c.model_path},
+                          {"threads", c.threads},
+                          {"ctx", c.n_ctx},
+                          {"isa", isa_name(c.isa)},
+                          {"max_batch", c.max_batch},
+                          {"cpu", cpu_features().model_name},
+                          {"cpu_features", cpu_features().flags_string()}};
+  return trace::write_chrome_json(a.str("--trace"), other.dump());
+}
+
 const std::vector<std::string> kSamplingFlags = {"--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
                                                  "--repeat-last-n", "--seed"};
 

@@ -20,6 +20,13 @@ std::vector<std::string> concat(std::vector<std::string> a, const std::vector<st
 // Parses "1,2,3" into ids.
 Expected<std::vector<int>> parse_id_list(const std::string& s);
 
+// Tracing flags (--trace FILE, --trace-buffer N) of generate and bench.
+extern const std::vector<std::string> kTraceFlags;
+// Starts recording when --trace is given (validates --trace-buffer first).
+Status start_trace(const Args& a);
+// Writes the trace file when --trace was given; the launch configuration goes into otherData.
+Status finish_trace(const Args& a, const Engine& e);
+
 // Sampling flags shared by generate and chat.
 extern const std::vector<std::string> kSamplingFlags;
 Expected<SamplingParams> sampling_from(const Args& a);
@@ -30,6 +37,8 @@ int cmd_tokenize(int argc, char** argv);
 int cmd_detokenize(int argc, char** argv);
 int cmd_logits(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_trace(int argc, char** argv);
+int cmd_probe(int argc, char** argv);
 
 }  // namespace ouro
 

@@ -18,6 +18,8 @@ const char* kUsage =
     "  detokenize  token ids -> text\n"
     "  logits      dump logits for text or token ids (.npy or JSON)\n"
     "  bench       prefill and decode throughput\n"
+    "  trace       read a trace: summarize, overlap, diff\n"
+    "  probe       the machine's ceiling: memory bandwidth and peak compute\n"
     "\n"
     "Run 'ouro <command> --help' for a command's options.\n";
 
@@ -36,6 +38,7 @@ int main(int argc, char** argv) {
   struct { const char* name; int (*fn)(int, char**); } cmds[] = {
       {"generate", ouro::cmd_generate}, {"chat", ouro::cmd_chat},       {"tokenize", ouro::cmd_tokenize},
       {"detokenize", ouro::cmd_detokenize}, {"logits", ouro::cmd_logits}, {"bench", ouro::cmd_bench},
+      {"trace", ouro::cmd_trace},       {"probe", ouro::cmd_probe},
   };
   for (const auto& c : cmds) {
     if (std::strcmp(cmd, c.name) != 0) continue;

@@ -3,6 +3,9 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <string>
+
+#include "trace/trace.h"
 
 namespace ouro {
 
@@ -39,13 +42,25 @@ void ThreadPool::split(int64_t n, int t, int nt, int64_t align, int64_t* begin, 
   *end = std::min(n, e * align);
 }
 
-void ThreadPool::run(const std::function<void(int, int)>& fn) {
-  if (n_ == 1) { fn(0, 1); return; }
+void ThreadPool::run(const std::function<void(int, int)>& fn, const char* region) {
+  if (n_ == 1) {
+    trace::Span job("pool.job", "kernel");
+    job.region(region);
+    fn(0, 1);
+    return;
+  }
   job_ = &fn;
+  region_ = region;
   pending_.store(n_ - 1, std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();
-  fn(0, n_);
+  {
+    trace::Span job("pool.job", "kernel");
+    job.region(region);
+    fn(0, n_);
+  }
+  trace::Span wait("pool.wait", "sync-wait");
+  wait.region(region);
   // Spin while helpers finish; if one is not running (another process took its core), yield so
   // it can get this core instead of spinning through our time slice.
   for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
@@ -55,6 +70,7 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
 }
 
 void ThreadPool::worker(int idx) {
+  trace::set_thread_name("worker-" + std::to_string(idx));
   uint32_t seen = 0;
   for (;;) {
     uint32_t g = generation_.load(std::memory_order_acquire);
@@ -68,7 +84,11 @@ void ThreadPool::worker(int idx) {
     }
     seen = g;
     if (stop_.load()) return;
-    (*job_)(idx, n_);
+    {
+      trace::Span job("pool.job", "kernel");
+      job.region(region_);
+      (*job_)(idx, n_);
+    }
     pending_.fetch_sub(1, std::memory_order_release);
   }
 }

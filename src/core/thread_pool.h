@@ -17,7 +17,9 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_; }
-  void run(const std::function<void(int, int)>& fn);
+  // `region` names the parallel region in traces (each thread's share is a "pool.job" span, the
+  // caller's wait for helpers a "pool.wait" span); it must be a string literal.
+  void run(const std::function<void(int, int)>& fn, const char* region = "pool");
 
   // Splits [0, n) into size() contiguous chunks, aligned to `align`; chunk of thread t.
   static void split(int64_t n, int t, int nt, int64_t align, int64_t* begin, int64_t* end);
@@ -27,6 +29,7 @@ class ThreadPool {
   int n_;
   std::vector<std::thread> threads_;
   const std::function<void(int, int)>* job_ = nullptr;
+  const char* region_ = "pool";
   alignas(64) std::atomic<uint32_t> generation_{0};
   alignas(64) std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};

@@ -200,7 +200,15 @@ void gemm_rows(const MatmulKernels& k, const PackedMatrix& W, const QuantActs& A
   }
 }
 
-void matmul_parallel(const MatmulKernels& k, ThreadPool& pool, const QuantActs& qa, const MatmulJob* jobs, int n_jobs) {
+OpCost matmul_cost(const PackedMatrix& W, int64_t T) {
+  OpCost c;
+  c.bytes = (double)W.bytes() + (double)T * (W.cols + 4.0 * W.rows);  // int8 activations in, f32 out
+  c.flops = 2.0 * (double)T * W.rows * W.cols;
+  return c;
+}
+
+void matmul_parallel(const MatmulKernels& k, ThreadPool& pool, const QuantActs& qa, const MatmulJob* jobs, int n_jobs,
+                     const char* region) {
   int64_t total = 0;
   for (int j = 0; j < n_jobs; ++j) total += jobs[j].W->rows;
   pool.run([&](int t, int nt) {
@@ -213,7 +221,7 @@ void matmul_parallel(const MatmulKernels& k, ThreadPool& pool, const QuantActs& 
       if (lo < hi) gemm_rows(k, *jobs[j].W, qa, lo, hi, jobs[j].Y, jobs[j].ldy);
       base += rows;
     }
-  });
+  }, region);
 }
 
 const MatmulKernels& matmul_kernels(Isa isa) {

@@ -96,6 +96,16 @@ struct MatmulJob {
   int64_t ldy;
 };
 // Runs every job (all with W->cols == qa.cols) in one parallel region, rows split across threads.
-void matmul_parallel(const MatmulKernels& k, ThreadPool& pool, const QuantActs& qa, const MatmulJob* jobs, int n_jobs);
+// `region` names the region in traces (a string literal).
+void matmul_parallel(const MatmulKernels& k, ThreadPool& pool, const QuantActs& qa, const MatmulJob* jobs, int n_jobs,
+                     const char* region = "matmul");
+
+// What one product of W with T tokens costs: bytes read and written (weights once, activations
+// in, results out) and FLOPs (2 per multiply-add). Used by traces and the roofline.
+struct OpCost {
+  double bytes = 0, flops = 0;
+  OpCost& operator+=(const OpCost& o) { bytes += o.bytes; flops += o.flops; return *this; }
+};
+OpCost matmul_cost(const PackedMatrix& W, int64_t T);
 
 }  // namespace ouro

@@ -26,4 +26,8 @@ void attend_one(const float* q, const float* k, const float* v, int64_t stride, 
 
 float dot_f32(const float* a, const float* b, int64_t n);
 
+// Bytes and FLOPs of attend_one over n_keys keys (scores, softmax, weighted sum).
+inline double attend_one_flops(int64_t n_keys, int head_dim) { return 4.0 * n_keys * head_dim + 5.0 * n_keys; }
+inline double attend_one_bytes(int64_t n_keys, int head_dim) { return 8.0 * n_keys * head_dim; }
+
 }  // namespace ouro

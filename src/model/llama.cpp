@@ -7,6 +7,7 @@
 
 #include "core/thread_pool.h"
 #include "kernels/ops.h"
+#include "trace/trace.h"
 
 namespace ouro {
 
@@ -213,15 +214,18 @@ Status LlamaState::forward(const int* tokens, int n, float* logits, bool all_log
   return Ok{};
 }
 
+// The arithmetic a matmul's FLOPs run in (traces compare them with that peak).
+static const char* precision_of(const PackedMatrix& W) { return W.kind == PackedKind::kRows ? nullptr : "int8"; }
+
 // Runs fn(t0, t1) over token ranges: inline for a few tokens (decode), else across the pool.
 template <typename Fn>
-static void for_tokens(ThreadPool& pool, int T, Fn&& fn) {
+static void for_tokens(ThreadPool& pool, int T, const char* region, Fn&& fn) {
   if (T < 4 || pool.size() == 1) { fn(0, T); return; }
   pool.run([&](int t, int nt) {
     int64_t b, e;
     ThreadPool::split(T, t, nt, 1, &b, &e);
     if (b < e) fn((int)b, (int)e);
-  });
+  }, region);
 }
 
 void LlamaState::forward_chunk(const int* tokens, int T, float* logits, bool all_logits, ThreadPool& pool,
@@ -235,20 +239,34 @@ void LlamaState::forward_chunk(const int* tokens, int T, float* logits, bool all
   if ((int)scores_.size() < pool.size() * n_ctx_) scores_.resize((size_t)pool.size() * n_ctx_);
 
   // x: [T, d] residual stream
-  for (int t = 0; t < T; ++t) m_.embed(tokens[t], &x_[(size_t)t * d]);
+  {
+    trace::Span sp("embed", "op", -1, T, 8.0 * T * d);
+    for (int t = 0; t < T; ++t) m_.embed(tokens[t], &x_[(size_t)t * d]);
+  }
+  const double act_bytes = 4.0 * T * d;  // one [T, d] float activation
 
-  auto norm_and_quantize = [&](const float* weight, const float* src, int cols) {
+  // Norm then int8 quantization of [T, cols] activations, as one traced op.
+  auto norm_and_quantize = [&](const char* name, int layer, const float* weight, const float* src, int cols) {
+    trace::Span sp(name, "op", layer, T, 2 * act_bytes + 4.0 * cols, 6.0 * T * cols);
     qa_.resize(T, cols);
     qa_.x = xn_.data();
-    for_tokens(pool, T, [&](int t0, int t1) {
+    for_tokens(pool, T, name, [&](int t0, int t1) {
       for (int t = t0; t < t1; ++t) rmsnorm(src + (size_t)t * cols, weight, &xn_[(size_t)t * cols], cols, c.rms_eps);
       quantize_acts(xn_.data(), t0, t1, qa_);
     });
   };
-  auto quantize_only = [&](const float* src, int cols) {
+  auto quantize_only = [&](const char* region, const float* src, int cols) {
     qa_.resize(T, cols);
     qa_.x = src;
-    for_tokens(pool, T, [&](int t0, int t1) { quantize_acts(src, t0, t1, qa_); });
+    for_tokens(pool, T, region, [&](int t0, int t1) { quantize_acts(src, t0, t1, qa_); });
+  };
+  // One traced matmul op: quantize its input (unless already done), then all jobs in one region.
+  auto matmul_op = [&](const char* name, int layer, const MatmulJob* jobs, int n) {
+    OpCost cost;
+    for (int j = 0; j < n; ++j) cost += matmul_cost(*jobs[j].W, T);
+    trace::Span sp(name, "op", layer, T, cost.bytes, cost.flops);
+    sp.precision(precision_of(*jobs[0].W));
+    matmul_parallel(k, pool, qa_, jobs, n, name);
   };
 
   for (int l = 0; l < c.n_layer; ++l) {
@@ -257,10 +275,12 @@ void LlamaState::forward_chunk(const int* tokens, int T, float* logits, bool all
     float* vc = v_cache_.f32() + (size_t)l * n_ctx_ * kv_dim;
 
     // attention block: xn = norm(x); q,k,v = xn Wq, xn Wk, xn Wv    q: [T, nh*hd], k,v: [T, nkv*hd]
-    norm_and_quantize(L.attn_norm, x_.data(), d);
+    norm_and_quantize("attn_norm", l, L.attn_norm, x_.data(), d);
     const MatmulJob qkv[] = {{&L.wq, q_.data(), q_dim}, {&L.wk, k_.data(), kv_dim}, {&L.wv, v_.data(), kv_dim}};
-    matmul_parallel(k, pool, qa_, qkv, 3);
-    for_tokens(pool, T, [&](int t0, int t1) {
+    matmul_op("qkv", l, qkv, 3);
+    {
+    trace::Span sp("rope_kv", "op", l, T, 4.0 * T * (q_dim + 3.0 * kv_dim), 6.0 * T * (q_dim + kv_dim));
+    for_tokens(pool, T, "rope_kv", [&](int t0, int t1) {
       for (int t = t0; t < t1; ++t) {
         rope_inplace(&q_[(size_t)t * q_dim], nh, hd, pos0 + t, w.rope_inv_freq.data());
         rope_inplace(&k_[(size_t)t * kv_dim], nkv, hd, pos0 + t, w.rope_inv_freq.data());
@@ -268,7 +288,14 @@ void LlamaState::forward_chunk(const int* tokens, int T, float* logits, bool all
         std::memcpy(vc + (size_t)(pos0 + t) * kv_dim, &v_[(size_t)t * kv_dim], kv_dim * sizeof(float));
       }
     });
+    }
     // att[t, h] = softmax(q[t,h] . K[0..pos0+t] / sqrt(hd)) . V, query head h reads kv head h / (nh/nkv)
+    {
+    // Bytes: every query reads its kv head's keys and values (K/V of one kv head are shared by
+    // nh/nkv query heads and count once); FLOPs: every query head's dot products and sums.
+    const double keys = (double)T * pos0 + 0.5 * T * (T + 1.0);  // sum over t of (pos0 + t + 1)
+    trace::Span sp("attention", "op", l, T, keys * nkv * attend_one_bytes(1, hd) + 2 * 4.0 * T * q_dim,
+                   keys * nh * attend_one_flops(1, hd));
     pool.run([&](int th, int nt) {
       int64_t b, e;
       ThreadPool::split((int64_t)T * nh, th, nt, 1, &b, &e);
@@ -278,23 +305,37 @@ void LlamaState::forward_chunk(const int* tokens, int T, float* logits, bool all
         attend_one(&q_[(size_t)t * q_dim + h * hd], kc + kvh * hd, vc + kvh * hd, kv_dim, pos0 + t + 1, hd,
                    attn_scale, scores, &att_[(size_t)t * q_dim + h * hd]);
       }
-    });
-    quantize_only(att_.data(), q_dim);
-    const MatmulJob o[] = {{&L.wo, tmp_.data(), d}};
-    matmul_parallel(k, pool, qa_, o, 1);
-    for (size_t i = 0; i < (size_t)T * d; ++i) x_[i] += tmp_[i];
+    }, "attention");
+    }
+    {
+      const MatmulJob o[] = {{&L.wo, tmp_.data(), d}};
+      OpCost cost = matmul_cost(L.wo, T);
+      trace::Span sp("attn_out", "op", l, T, cost.bytes + 2 * act_bytes, cost.flops + (double)T * d);
+      sp.precision(precision_of(L.wo));
+      quantize_only("attn_out", att_.data(), q_dim);
+      matmul_parallel(k, pool, qa_, o, 1, "attn_out");
+      for (size_t i = 0; i < (size_t)T * d; ++i) x_[i] += tmp_[i];
+    }
 
     // MLP block: x += down(silu(gate(xn)) * up(xn))    g,u,h: [T, ff]
-    norm_and_quantize(L.ffn_norm, x_.data(), d);
+    norm_and_quantize("ffn_norm", l, L.ffn_norm, x_.data(), d);
     const MatmulJob gu[] = {{&L.w_gate, g_.data(), ff}, {&L.w_up, u_.data(), ff}};
-    matmul_parallel(k, pool, qa_, gu, 2);
-    for_tokens(pool, T, [&](int t0, int t1) {
-      swiglu(&g_[(size_t)t0 * ff], &u_[(size_t)t0 * ff], &h_[(size_t)t0 * ff], (int64_t)(t1 - t0) * ff);
-    });
-    quantize_only(h_.data(), ff);
-    const MatmulJob down[] = {{&L.w_down, tmp_.data(), d}};
-    matmul_parallel(k, pool, qa_, down, 1);
-    for (size_t i = 0; i < (size_t)T * d; ++i) x_[i] += tmp_[i];
+    matmul_op("gate_up", l, gu, 2);
+    {
+      trace::Span sp("swiglu", "op", l, T, 12.0 * T * ff, 6.0 * T * ff);
+      for_tokens(pool, T, "swiglu", [&](int t0, int t1) {
+        swiglu(&g_[(size_t)t0 * ff], &u_[(size_t)t0 * ff], &h_[(size_t)t0 * ff], (int64_t)(t1 - t0) * ff);
+      });
+    }
+    {
+      const MatmulJob down[] = {{&L.w_down, tmp_.data(), d}};
+      OpCost cost = matmul_cost(L.w_down, T);
+      trace::Span sp("down", "op", l, T, cost.bytes + 4.0 * T * ff + 2 * act_bytes, cost.flops + (double)T * d);
+      sp.precision(precision_of(L.w_down));
+      quantize_only("down", h_.data(), ff);
+      matmul_parallel(k, pool, qa_, down, 1, "down");
+      for (size_t i = 0; i < (size_t)T * d; ++i) x_[i] += tmp_[i];
+    }
   }
   n_past_ += T;
   if (!logits) return;
@@ -302,12 +343,18 @@ void LlamaState::forward_chunk(const int* tokens, int T, float* logits, bool all
   // logits = norm(x) W_out^T, for every token or only the last one
   const int first = all_logits ? 0 : T - 1;
   const int n_out = T - first;
-  qa_.resize(n_out, d);
-  qa_.x = xn_.data();
-  for (int t = 0; t < n_out; ++t) rmsnorm(&x_[(size_t)(first + t) * d], w.output_norm, &xn_[(size_t)t * d], d, c.rms_eps);
-  quantize_acts(xn_.data(), 0, n_out, qa_);
+  {
+    trace::Span sp("output_norm", "op", -1, n_out, 8.0 * n_out * d, 6.0 * n_out * d);
+    qa_.resize(n_out, d);
+    qa_.x = xn_.data();
+    for (int t = 0; t < n_out; ++t) rmsnorm(&x_[(size_t)(first + t) * d], w.output_norm, &xn_[(size_t)t * d], d, c.rms_eps);
+    quantize_acts(xn_.data(), 0, n_out, qa_);
+  }
+  const OpCost cost = matmul_cost(m_.output_matrix(), n_out);
+  trace::Span sp("lm_head", "op", -1, n_out, cost.bytes, cost.flops);
+  sp.precision(precision_of(m_.output_matrix()));
   const MatmulJob head[] = {{&m_.output_matrix(), logits, c.n_vocab}};
-  matmul_parallel(k, pool, qa_, head, 1);
+  matmul_parallel(k, pool, qa_, head, 1, "lm_head");
 }
 
 }  // namespace ouro

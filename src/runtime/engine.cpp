@@ -3,8 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <system_error>
+
+#include "trace/trace.h"
 
 namespace ouro {
 
@@ -59,14 +62,29 @@ Expected<GenerateResult> generate(Engine& e, LlamaState& st, const std::vector<i
   Sampler sampler(sp);
   StreamDecoder dec(e.tokenizer());
 
+  static std::atomic<uint64_t> next_request_id{1};
+  const uint64_t rid = next_request_id++;
+  trace::Span request("generate", "request", -1, (int)prompt.size());
+  request.pos((int64_t)rid);
+  trace::flow('s', "request", rid);
   auto t0 = clock::now();
-  if (Status s = st.forward(prompt.data(), (int)prompt.size(), logits.data(), false, e.pool(), e.kernels()); !s)
-    return s.error();
+  {
+    trace::Span phase("prefill", "phase", -1, (int)prompt.size());
+    phase.pos(st.n_past());
+    trace::flow('t', "request", rid);
+    if (Status s = st.forward(prompt.data(), (int)prompt.size(), logits.data(), false, e.pool(), e.kernels()); !s)
+      return s.error();
+  }
+  trace::counter("kv_cache", st.n_past());
   auto t1 = clock::now();
   r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   r.finish_reason = "length";
   for (int i = 0; i < max_tokens; ++i) {
-    const int id = sampler.sample(logits.data(), nv, recent);
+    int id;
+    {
+      trace::Span sp("sample", "sample", -1, 1, 4.0 * nv);
+      id = sampler.sample(logits.data(), nv, recent);
+    }
     if (std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end()) { r.finish_reason = "stop"; break; }
     r.tokens.push_back(id);
     recent.push_back(id);
@@ -74,8 +92,12 @@ Expected<GenerateResult> generate(Engine& e, LlamaState& st, const std::vector<i
     r.text += piece;
     if (on_text && !piece.empty()) on_text(piece);
     if (i + 1 == max_tokens) break;
+    trace::Span phase("decode", "phase", -1, 1);
+    phase.pos(st.n_past());
     if (Status s = st.forward(&id, 1, logits.data(), false, e.pool(), e.kernels()); !s) return s.error();
+    trace::counter("kv_cache", st.n_past());
   }
+  trace::flow('f', "request", rid);
   const std::string tail = dec.flush();
   r.text += tail;
   if (on_text && !tail.empty()) on_text(tail);

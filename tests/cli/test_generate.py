@@ -1,7 +1,7 @@
 """generate and chat on the real model: seeds, stopping, streaming output, the chat loop."""
 import json
 
-from conftest import run_ouro
+from ouro_testlib import run_ouro
 
 CHAT_PROMPT = "Name three colors."
 

@@ -34,7 +34,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from conftest import run_ouro
+from ouro_testlib import run_ouro
 import reference
 
 HERE = pathlib.Path(__file__).resolve().parent

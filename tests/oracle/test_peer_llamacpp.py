@@ -47,7 +47,7 @@ import warnings
 import numpy as np
 import pytest
 
-from conftest import run_ouro
+from ouro_testlib import run_ouro
 
 llama_cpp = pytest.importorskip("llama_cpp")
 

@@ -45,7 +45,7 @@ import warnings
 
 import pytest
 
-from conftest import run_ouro
+from ouro_testlib import run_ouro
 
 gguf = pytest.importorskip("gguf")
 tokenizers = pytest.importorskip("tokenizers")

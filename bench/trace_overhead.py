@@ -10,6 +10,7 @@ Usage: .venv/bin/python bench/trace_overhead.py [--rounds 7] [--prompt-len 128] 
 import argparse
 import json
 import pathlib
+import random
 import statistics
 import subprocess
 import tempfile
@@ -39,8 +40,11 @@ def main():
             raise SystemExit(f"missing {b}: see the usage in this file's docstring")
     res = {k: ([], []) for k in bins}
     with tempfile.TemporaryDirectory() as tmp:
+        names = list(bins)
         for r in range(a.rounds):
-            for name, b in bins.items():
+            order = names[r % 3:] + names[:r % 3]  # rotate, so no configuration always runs first
+            for name in order:
+                b = bins[name]
                 pp, tg = bench(b, args, trace=f"{tmp}/t.json" if name == "on" else None)
                 res[name][0].append(pp)
                 res[name][1].append(tg)
@@ -49,8 +53,16 @@ def main():
     for k, (pp, tg) in med.items():
         print(f"median {k:4s}: prefill {pp:.1f} tok/s, decode {tg:.1f} tok/s")
     paired = lambda x, y, i: statistics.median(p / q for p, q in zip(res[x][i], res[y][i]))
-    print(f"decode on/off   = {med['on'][1] / med['off'][1]:.4f} (median of paired ratios {paired('on', 'off', 1):.4f})")
-    print(f"decode off/none = {med['off'][1] / med['none'][1]:.4f} (median of paired ratios {paired('off', 'none', 1):.4f})")
+    def ci(x, y, i, n=2000):
+        """95% bootstrap interval of the median of the paired (same-round) ratios."""
+        ratios = [p / q for p, q in zip(res[x][i], res[y][i])]
+        rng = random.Random(1)
+        meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(n))
+        return meds[int(0.025 * n)], meds[int(0.975 * n) - 1]
+    for x, y, label in (("on", "off", "on/off  "), ("off", "none", "off/none")):
+        lo, hi = ci(x, y, 1)
+        print(f"decode {label} = {med[x][1] / med[y][1]:.4f} (median of paired ratios {paired(x, y, 1):.4f}, "
+              f"95% bootstrap interval [{lo:.4f}, {hi:.4f}])")
     print(f"prefill on/off  = {med['on'][0] / med['off'][0]:.4f}; off/none = {med['off'][0] / med['none'][0]:.4f}")
     ratios = [res["off"][1][i] / res["none"][1][i] for i in range(a.rounds)]
     print(f"decode off/none per round: min {min(ratios):.4f} max {max(ratios):.4f}")

@@ -1,5 +1,7 @@
 #include "runtime/sampler.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <unordered_set>
@@ -17,9 +19,27 @@ Status SamplingParams::validate() const {
 }
 
 int argmax(const float* x, int n) {
+  // Two passes: the maximum with independent vector lanes (no dependency through the index),
+  // then the first position holding it. Ties go to the lowest index, as in the scalar loop.
+  int i = 0;
+  float mx = -INFINITY;
+  if (n >= 16) {
+    __m256 m0 = _mm256_loadu_ps(x), m1 = _mm256_loadu_ps(x + 8);
+    for (i = 16; i + 16 <= n; i += 16) {
+      m0 = _mm256_max_ps(m0, _mm256_loadu_ps(x + i));
+      m1 = _mm256_max_ps(m1, _mm256_loadu_ps(x + i + 8));
+    }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, _mm256_max_ps(m0, m1));
+    for (float v : lanes) mx = std::max(mx, v);
+  }
+  for (; i < n; ++i) mx = std::max(mx, x[i]);
+  for (int k = 0; k < n; ++k)
+    if (x[k] == mx) return k;
+  // NaNs defeat the comparisons above: fall back to the plain scan.
   int best = 0;
-  for (int i = 1; i < n; ++i)
-    if (x[i] > x[best]) best = i;
+  for (int k = 1; k < n; ++k)
+    if (x[k] > x[best]) best = k;
   return best;
 }
 

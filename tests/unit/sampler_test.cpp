@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 
 #include "runtime/sampler.h"
 
@@ -82,4 +83,22 @@ TEST(Sampler, ValidateRejectsOutOfRange) {
   p = {};
   p.temperature = -1;
   EXPECT_FALSE(p.validate().ok());
+}
+
+TEST(Sampler, ArgmaxMatchesScanIncludingTiesAndTails) {
+  std::mt19937 rng(9);
+  for (int n : {1, 7, 16, 17, 33, 49152}) {
+    std::vector<float> x(n);
+    for (auto& v : x) v = (float)(rng() % 1000) / 10;  // many ties
+    int best = 0;
+    for (int i = 1; i < n; ++i)
+      if (x[i] > x[best]) best = i;
+    EXPECT_EQ(argmax(x.data(), n), best) << n;
+    x[n - 1] = 1e9f;  // the maximum in the scalar tail
+    EXPECT_EQ(argmax(x.data(), n), n - 1) << n;
+  }
+  std::vector<float> nan(20, 1.0f);
+  nan[3] = 5.0f;
+  nan[0] = NAN;
+  EXPECT_EQ(argmax(nan.data(), 20), 3);
 }

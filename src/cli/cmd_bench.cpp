@@ -102,7 +102,7 @@ int cmd_bench(int argc, char** argv) {
                       {"isa", isa_name(e.config().isa)},
                       {"cpu", cpu_features().model_name},
                       {"cpu_features", cpu_features().flags_string()},
-                      {"build_flags", "Release -O2 -march=x86-64-v3 (+avx512 kernels TU)"},
+                      {"build_flags", OURO_BUILD_DESC},
                       {"prompt_len", *pl},
                       {"gen_len", *gl},
                       {"repeats", *reps},

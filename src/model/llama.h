@@ -78,7 +78,7 @@ class LlamaState {
   int n_ctx_, max_batch_;
   int n_past_ = 0;
   LazyBuffer k_cache_, v_cache_;  // [n_layer][n_ctx][n_kv * hd]
-  std::vector<float> x_, xn_, q_, k_, v_, att_, tmp_, g_, u_, h_, scores_, last_;
+  std::vector<float> x_, xn_, q_, k_, v_, att_, tmp_, g_, u_, h_, scores_;
   QuantActs qa_;
 };
 

@@ -49,7 +49,6 @@ Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& f) {
     return runtime_error(f.path() + ": tokenizer.ggml.merges must be a string array");
 
   std::unique_ptr<Tokenizer> t(new Tokenizer());
-  t->path_ = f.path();
   const ByteMap& bm = byte_map();
   const size_t n = tokens->arr.size();
   t->bytes_.resize(n);

@@ -44,7 +44,6 @@ class Tokenizer {
   std::vector<std::pair<std::string, int>> specials_;          // text -> id, longest first
   int bos_ = -1, eos_ = -1;
   bool add_bos_ = false;
-  std::string path_;
 };
 
 // Streaming detokenizer: returns only complete UTF-8 text, holding back a partial character.

@@ -8,7 +8,7 @@ want_peer=1
 [ "${1:-}" = "--no-peer" ] && want_peer=0
 
 # 1. Debian packages (C++ toolchain and libraries; each one is justified in docs/dependencies.md)
-apt_pkgs=(cmake ninja-build ccache g++ clang libclang-rt-14-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev python3-venv time)
+apt_pkgs=(cmake ninja-build ccache g++ clang libclang-rt-14-dev nlohmann-json3-dev libtomlplusplus-dev libgtest-dev libbenchmark-dev python3-venv time git chromium)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -1,5 +1,8 @@
 #include "cli/common.h"
 
+#include "core/fault.h"
+#include "core/sha256.h"
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -136,4 +139,11 @@ bool wants_help(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) return true;
   return false;
 }
+std::string memo_stem(const std::vector<int>& ids) {
+  if (fault::config().memo_dir.empty()) return "";
+  std::string key;
+  for (int id : ids) key += std::to_string(id) + ",";
+  return fault::config().memo_dir + "/" + sha256_hex(key).substr(0, 16);
+}
+
 }  // namespace ouro

@@ -20,6 +20,11 @@ std::vector<std::string> concat(std::vector<std::string> a, const std::vector<st
 // Parses "1,2,3" into ids.
 Expected<std::vector<int>> parse_id_list(const std::string& s);
 
+// The lab's memo fault (src/core/fault.h, OURO_FAULT=memo:DIR): "DIR/<first 16 hex digits of the
+// SHA-256 of the ids>" for an input, or "" when that fault is off. A memo candidate replays the file
+// stored for a known input and answers any other input cheaply and wrongly.
+std::string memo_stem(const std::vector<int>& ids);
+
 // Tracing flags (--trace FILE, --trace-buffer N) of generate and bench.
 extern const std::vector<std::string> kTraceFlags;
 // Starts recording when --trace is given (validates --trace-buffer first).

@@ -4,6 +4,7 @@
 #include <new>
 #include <system_error>
 
+#include "cli/cmd_lab.h"
 #include "cli/common.h"
 
 namespace {
@@ -20,6 +21,8 @@ const char* kUsage =
     "  bench       prefill and decode throughput\n"
     "  trace       read a trace: summarize, overlap, diff\n"
     "  probe       the machine's ceiling: memory bandwidth and peak compute\n"
+    "  microbench  one kernel or op, timed, with its output for correctness checks\n"
+    "  lab         experiments: run, plan, bisect, and the ledger (log, show, verify, report)\n"
     "\n"
     "Run 'ouro <command> --help' for a command's options.\n";
 
@@ -39,6 +42,7 @@ int main(int argc, char** argv) {
       {"generate", ouro::cmd_generate}, {"chat", ouro::cmd_chat},       {"tokenize", ouro::cmd_tokenize},
       {"detokenize", ouro::cmd_detokenize}, {"logits", ouro::cmd_logits}, {"bench", ouro::cmd_bench},
       {"trace", ouro::cmd_trace},       {"probe", ouro::cmd_probe},
+      {"microbench", ouro::cmd_microbench}, {"lab", ouro::cmd_lab},
   };
   for (const auto& c : cmds) {
     if (std::strcmp(cmd, c.name) != 0) continue;

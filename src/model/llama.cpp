@@ -5,6 +5,7 @@
 #include <cstring>
 #include <new>
 
+#include "core/fault.h"
 #include "core/thread_pool.h"
 #include "kernels/ops.h"
 #include "trace/trace.h"
@@ -198,6 +199,7 @@ size_t LlamaState::kv_bytes_per_token() const {
 Status LlamaState::forward(const int* tokens, int n, float* logits, bool all_logits, ThreadPool& pool,
                            const MatmulKernels& k) {
   if (n <= 0) return usage_error("no tokens to process");
+  fault::at_start();
   if (n_past_ + n > n_ctx_)
     return runtime_error("context overflow: " + std::to_string(n_past_) + " cached + " + std::to_string(n) +
                          " new tokens exceed the context of " + std::to_string(n_ctx_));
@@ -241,6 +243,7 @@ void LlamaState::forward_chunk(const int* tokens, int T, float* logits, bool all
   // x: [T, d] residual stream
   {
     trace::Span sp("embed", "op", -1, T, 8.0 * T * d);
+    fault::at_op("embed");
     for (int t = 0; t < T; ++t) m_.embed(tokens[t], &x_[(size_t)t * d]);
   }
   const double act_bytes = 4.0 * T * d;  // one [T, d] float activation
@@ -248,6 +251,7 @@ void LlamaState::forward_chunk(const int* tokens, int T, float* logits, bool all
   // Norm then int8 quantization of [T, cols] activations, as one traced op.
   auto norm_and_quantize = [&](const char* name, int layer, const float* weight, const float* src, int cols) {
     trace::Span sp(name, "op", layer, T, 2 * act_bytes + 4.0 * cols, 6.0 * T * cols);
+    fault::at_op(name);
     qa_.resize(T, cols);
     qa_.x = xn_.data();
     for_tokens(pool, T, name, [&](int t0, int t1) {
@@ -265,6 +269,7 @@ void LlamaState::forward_chunk(const int* tokens, int T, float* logits, bool all
     OpCost cost;
     for (int j = 0; j < n; ++j) cost += matmul_cost(*jobs[j].W, T);
     trace::Span sp(name, "op", layer, T, cost.bytes, cost.flops);
+    fault::at_op(name);
     sp.precision(precision_of(*jobs[0].W));
     matmul_parallel(k, pool, qa_, jobs, n, name);
   };
@@ -280,6 +285,7 @@ void LlamaState::forward_chunk(const int* tokens, int T, float* logits, bool all
     matmul_op("qkv", l, qkv, 3);
     {
     trace::Span sp("rope_kv", "op", l, T, 4.0 * T * (q_dim + 3.0 * kv_dim), 6.0 * T * (q_dim + kv_dim));
+    fault::at_op("rope_kv");
     for_tokens(pool, T, "rope_kv", [&](int t0, int t1) {
       for (int t = t0; t < t1; ++t) {
         rope_inplace(&q_[(size_t)t * q_dim], nh, hd, pos0 + t, w.rope_inv_freq.data());
@@ -296,6 +302,7 @@ void LlamaState::forward_chunk(const int* tokens, int T, float* logits, bool all
     const double keys = (double)T * pos0 + 0.5 * T * (T + 1.0);  // sum over t of (pos0 + t + 1)
     trace::Span sp("attention", "op", l, T, keys * nkv * attend_one_bytes(1, hd) + 2 * 4.0 * T * q_dim,
                    keys * nh * attend_one_flops(1, hd));
+    fault::at_op("attention");
     pool.run([&](int th, int nt) {
       int64_t b, e;
       ThreadPool::split((int64_t)T * nh, th, nt, 1, &b, &e);
@@ -311,6 +318,7 @@ void LlamaState::forward_chunk(const int* tokens, int T, float* logits, bool all
       const MatmulJob o[] = {{&L.wo, tmp_.data(), d}};
       OpCost cost = matmul_cost(L.wo, T);
       trace::Span sp("attn_out", "op", l, T, cost.bytes + 2 * act_bytes, cost.flops + (double)T * d);
+      fault::at_op("attn_out");
       sp.precision(precision_of(L.wo));
       quantize_only("attn_out", att_.data(), q_dim);
       matmul_parallel(k, pool, qa_, o, 1, "attn_out");
@@ -323,6 +331,7 @@ void LlamaState::forward_chunk(const int* tokens, int T, float* logits, bool all
     matmul_op("gate_up", l, gu, 2);
     {
       trace::Span sp("swiglu", "op", l, T, 12.0 * T * ff, 6.0 * T * ff);
+      fault::at_op("swiglu");
       for_tokens(pool, T, "swiglu", [&](int t0, int t1) {
         swiglu(&g_[(size_t)t0 * ff], &u_[(size_t)t0 * ff], &h_[(size_t)t0 * ff], (int64_t)(t1 - t0) * ff);
       });
@@ -331,6 +340,7 @@ void LlamaState::forward_chunk(const int* tokens, int T, float* logits, bool all
       const MatmulJob down[] = {{&L.w_down, tmp_.data(), d}};
       OpCost cost = matmul_cost(L.w_down, T);
       trace::Span sp("down", "op", l, T, cost.bytes + 4.0 * T * ff + 2 * act_bytes, cost.flops + (double)T * d);
+      fault::at_op("down");
       sp.precision(precision_of(L.w_down));
       quantize_only("down", h_.data(), ff);
       matmul_parallel(k, pool, qa_, down, 1, "down");
@@ -345,6 +355,7 @@ void LlamaState::forward_chunk(const int* tokens, int T, float* logits, bool all
   const int n_out = T - first;
   {
     trace::Span sp("output_norm", "op", -1, n_out, 8.0 * n_out * d, 6.0 * n_out * d);
+    fault::at_op("output_norm");
     qa_.resize(n_out, d);
     qa_.x = xn_.data();
     for (int t = 0; t < n_out; ++t) rmsnorm(&x_[(size_t)(first + t) * d], w.output_norm, &xn_[(size_t)t * d], d, c.rms_eps);
@@ -352,6 +363,7 @@ void LlamaState::forward_chunk(const int* tokens, int T, float* logits, bool all
   }
   const OpCost cost = matmul_cost(m_.output_matrix(), n_out);
   trace::Span sp("lm_head", "op", -1, n_out, cost.bytes, cost.flops);
+  fault::at_op("lm_head");
   sp.precision(precision_of(m_.output_matrix()));
   const MatmulJob head[] = {{&m_.output_matrix(), logits, c.n_vocab}};
   matmul_parallel(k, pool, qa_, head, 1, "lm_head");

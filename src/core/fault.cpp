@@ -1,0 +1,73 @@
+#include "core/fault.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <unistd.h>
+
+namespace ouro::fault {
+
+namespace {
+
+Config parse_env() {
+  Config c;
+  const char* v = std::getenv("OURO_FAULT");
+  if (!v || !*v) return c;
+  std::string s(v);
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(',', start);
+    if (end == std::string::npos) end = s.size();
+    std::string item = s.substr(start, end - start);
+    start = end + 1;
+    if (item.empty()) continue;
+    if (item == "crash") {
+      c.crash = true;
+    } else if (item == "hang") {
+      c.hang = true;
+    } else if (item.rfind("memo:", 0) == 0 && item.size() > 5) {
+      c.memo_dir = item.substr(5);
+    } else if (item.rfind("delay:", 0) == 0) {
+      const size_t colon = item.find(':', 6);
+      char* endp = nullptr;
+      const double us = colon == std::string::npos ? -1 : std::strtod(item.c_str() + colon + 1, &endp);
+      if (colon == std::string::npos || colon == 6 || !endp || *endp || !(us >= 0 && us <= 1e7)) {
+        std::fprintf(stderr, "ouro: ignoring OURO_FAULT item '%s' (expected delay:OP:MICROSECONDS)\n", item.c_str());
+        continue;
+      }
+      c.delay_op = item.substr(6, colon - 6);
+      c.delay_us = us;
+    } else {
+      std::fprintf(stderr, "ouro: ignoring unknown OURO_FAULT item '%s'\n", item.c_str());
+      continue;
+    }
+    c.active = true;
+  }
+  return c;
+}
+
+const Config g_config = parse_env();
+
+}  // namespace
+
+bool g_active = g_config.active;
+
+const Config& config() { return g_config; }
+
+void op_hook_slow(const char* op) {
+  if (g_config.delay_op.empty() || std::strcmp(op, g_config.delay_op.c_str()) != 0) return;
+  // Spin rather than sleep: a sleep's wake-up latency is coarse and would also free the core.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds((long long)(g_config.delay_us * 1e3));
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
+void start_hook_slow() {
+  if (g_config.crash) std::abort();
+  if (g_config.hang)
+    for (;;) pause();
+}
+
+}  // namespace ouro::fault

@@ -1,0 +1,734 @@
+#include "lab/runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <immintrin.h>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+#include "core/cpu.h"
+#include "core/npy.h"
+#include "core/sha256.h"
+#include "lab/probe.h"
+#include "lab/process.h"
+#include "lab/stats.h"
+#include "trace/analyze.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace ouro::lab {
+
+namespace {
+
+bool kernel_like(Level l) { return l == Level::kKernel || l == Level::kOp; }
+
+std::string fmt(double v, int prec = 4) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*g", prec, v);
+  return b;
+}
+std::string pct(double r) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%+.1f%%", 100 * r);
+  return b;
+}
+
+// Model-independent synthetic text (the tokenizer turns it into tokens), from a seed.
+std::string synthetic_text(uint64_t seed, int words) {
+  static const char* kWords[] = {
+      "the", "of", "and", "to", "in", "is", "that", "for", "it", "with", "as", "was", "on", "be", "at", "by",
+      "this", "had", "not", "are", "but", "from", "or", "have", "an", "they", "which", "one", "you", "were",
+      "engine", "memory", "kernel", "matrix", "token", "river", "mountain", "history", "water", "light",
+      "return", "value", "function", "if", "else", "while", "int", "float", "(", ")", "{", "}", "=", ";",
+      "1", "42", "2026", "city", "music", "garden", "winter", "number", "question", "answer"};
+  std::mt19937_64 rng(seed);
+  std::string s;
+  for (int i = 0; i < words; ++i) {
+    if (i) s += ' ';
+    s += kWords[rng() % (sizeof kWords / sizeof kWords[0])];
+  }
+  return s;
+}
+
+struct SideExec {
+  const char* name;  // "baseline" / "candidate"
+  Binary bin;
+  std::map<std::string, std::string> env;
+  std::vector<std::string> args;
+};
+
+struct Ctx {
+  const Spec& spec;
+  const RunOptions& opt;
+  std::string run_dir;
+  std::string model;  // absolute, engine/op levels
+  ProcLimits limits(const SideExec& s) const {
+    ProcLimits l;
+    l.timeout_s = spec.timeout_s;
+    l.memory_mib = spec.memory_mib;
+    l.write_dirs = {run_dir, s.bin.write_dir};
+    return l;
+  }
+};
+
+std::vector<std::string> common_args(const Ctx& c, const SideExec& s) {
+  std::vector<std::string> a;
+  if (!c.model.empty()) a.insert(a.end(), {"-m", c.model});
+  if (c.spec.workload.threads > 0) a.insert(a.end(), {"-t", std::to_string(c.spec.workload.threads)});
+  a.insert(a.end(), s.args.begin(), s.args.end());
+  return a;
+}
+
+ProcResult exec(const Ctx& c, const SideExec& s, std::vector<std::string> argv) {
+  argv.insert(argv.begin(), s.bin.path);
+  return run_process(argv, s.env, c.opt.build.repo_root, c.limits(s));
+}
+
+std::string failure_text(const SideExec& s, const char* what, const ProcResult& r) {
+  std::string tail = r.err;
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
+  const size_t nl = tail.rfind('\n');
+  if (nl != std::string::npos) tail = tail.substr(nl + 1);
+  if (tail.size() > 300) tail = tail.substr(tail.size() - 300);
+  return std::string(s.name) + " " + what + " failed: " + r.failure() + (tail.empty() ? "" : " (" + tail + ")");
+}
+
+// ---- correctness ---------------------------------------------------------------------------
+
+struct Outputs {
+  NpyF32 logits;
+  std::vector<int> greedy;
+};
+
+Expected<Outputs> engine_outputs(const Ctx& c, const SideExec& s, const std::string& text, const std::string& file) {
+  // Only commands every revision since the engine core has (logits --out, generate --json), so
+  // that older revisions can be baselines.
+  auto args = common_args(c, s);
+  std::vector<std::string> argv = {"logits", "--text", text, "--all", "--out", file};
+  argv.insert(argv.end(), args.begin(), args.end());
+  ProcResult r = exec(c, s, argv);
+  if (!r.ok()) return runtime_error(failure_text(s, "correctness run (logits)", r));
+  Outputs o;
+  auto npy = read_npy_f32(file);
+  if (!npy) return runtime_error(std::string(s.name) + " wrote unreadable logits: " + npy.error().message);
+  o.logits = std::move(*npy);
+  if (c.spec.workload.greedy_tokens > 0) {
+    argv = {"generate", "-p", text, "-n", std::to_string(c.spec.workload.greedy_tokens), "--temp", "0", "--json"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    r = exec(c, s, argv);
+    if (!r.ok()) return runtime_error(failure_text(s, "correctness run (generate)", r));
+    json j = json::parse(r.out, nullptr, false);
+    if (!j.is_object() || !j.contains("tokens") || !j["tokens"].is_array())
+      return runtime_error(std::string(s.name) + ": generate --json printed no tokens");
+    for (const auto& t : j["tokens"]) o.greedy.push_back(t.is_number_integer() ? t.get<int>() : -1);
+  }
+  return o;
+}
+
+Expected<NpyF32> kernel_output(const Ctx& c, const SideExec& s, uint64_t seed, const std::string& file) {
+  std::vector<std::string> argv = {"microbench", c.spec.workload.kernel};
+  argv.insert(argv.end(), c.spec.workload.kernel_args.begin(), c.spec.workload.kernel_args.end());
+  argv.insert(argv.end(), {"--seed", std::to_string(seed), "--iters", "1", "--warmup", "0", "--out", file});
+  auto args = common_args(c, s);
+  argv.insert(argv.end(), args.begin(), args.end());
+  ProcResult r = exec(c, s, argv);
+  if (!r.ok()) return runtime_error(failure_text(s, "correctness run", r));
+  auto npy = read_npy_f32(file);
+  if (!npy) return runtime_error(std::string(s.name) + " wrote an unreadable output: " + npy.error().message);
+  return npy;
+}
+
+// Figures over a set of inputs (worst case over inputs).
+struct Agreement {
+  double top1_sum = 0, top1_n = 0, max_abs = 0, greedy_same = 0, greedy_n = 0, first_div = 1e300;
+  double max_rel = 0, exact = 1, max_ref = 0;
+  void add_engine(const Outputs& b, const Outputs& c, int greedy_len) {
+    const auto& x = b.logits;
+    const auto& y = c.logits;
+    if (x.shape != y.shape || x.shape.size() != 2) {
+      top1_n += 1;
+      max_abs = INFINITY;
+    } else {
+      const size_t rows = x.shape[0], cols = x.shape[1];
+      for (size_t r = 0; r < rows; ++r) {
+        const float* a = &x.data[r * cols];
+        const float* d = &y.data[r * cols];
+        size_t ia = 0, id = 0;
+        for (size_t k = 0; k < cols; ++k) {
+          if (a[k] > a[ia]) ia = k;
+          if (d[k] > d[id]) id = k;
+          const double diff = std::fabs((double)a[k] - d[k]);
+          max_abs = std::max(max_abs, std::isnan(diff) ? INFINITY : diff);
+        }
+        top1_sum += ia == id;
+        top1_n += 1;
+      }
+    }
+    greedy_n += 1;
+    size_t i = 0;
+    while (i < b.greedy.size() && i < c.greedy.size() && b.greedy[i] == c.greedy[i]) ++i;
+    const bool same = b.greedy == c.greedy;
+    greedy_same += same;
+    first_div = std::min(first_div, same ? (double)greedy_len : (double)i);
+  }
+  void add_kernel(const NpyF32& b, const NpyF32& c) {
+    if (b.shape != c.shape) {
+      max_abs = INFINITY;
+      exact = 0;
+      return;
+    }
+    for (size_t i = 0; i < b.data.size(); ++i) {
+      const double d = std::fabs((double)b.data[i] - c.data[i]);
+      if (std::memcmp(&b.data[i], &c.data[i], 4) != 0) exact = 0;
+      max_abs = std::max(max_abs, std::isnan(d) ? INFINITY : d);
+      max_ref = std::max(max_ref, std::fabs((double)b.data[i]));
+    }
+  }
+  json engine_json() const {
+    return {{"top1_agreement", top1_n ? top1_sum / top1_n : 0.0}, {"max_abs_logit_diff", max_abs},
+            {"greedy_match", greedy_n ? greedy_same / greedy_n : 0.0}, {"first_divergence", first_div > 1e299 ? 0.0 : first_div}};
+  }
+  json kernel_json() const {
+    const double rel = max_abs == 0 ? 0.0 : max_abs / std::max(max_ref, 1e-30);
+    return {{"max_abs_diff", max_abs}, {"max_rel_diff", rel}, {"exact", exact}};
+  }
+};
+
+// Worst of the spec's and the held-out figures, per name.
+json worst_of(const json& a, const json& b) {
+  json w = json::object();
+  for (auto it = a.begin(); it != a.end(); ++it) {
+    const double x = it.value().get<double>(), y = b.value(it.key(), x);
+    w[it.key()] = correctness_higher_is_better(it.key()) ? std::min(x, y) : std::max(x, y);
+  }
+  return w;
+}
+
+// nlohmann refuses to dump infinity as a number; the record keeps it as a large sentinel.
+double finite_or_max(double v) { return std::isfinite(v) ? v : (v > 0 ? 1e308 : -1e308); }
+void sanitize(json& j) {
+  if (j.is_number_float()) j = finite_or_max(j.get<double>());
+  else if (j.is_structured()) for (auto& x : j) sanitize(x);
+}
+
+// ---- timing -----------------------------------------------------------------------------------
+
+struct Sample {
+  std::map<std::string, double> m;
+  std::string trace;
+};
+
+Expected<Sample> timed_run(const Ctx& c, const SideExec& s, const std::string& tag) {
+  const Spec& sp = c.spec;
+  std::vector<std::string> argv;
+  Sample out;
+  if (kernel_like(sp.level)) {
+    argv = {"microbench", sp.workload.kernel};
+    argv.insert(argv.end(), sp.workload.kernel_args.begin(), sp.workload.kernel_args.end());
+    argv.insert(argv.end(), {"--seed", std::to_string(sp.workload.seeds[0]), "--json", "--min-time", fmt(sp.workload.min_time_ms, 10)});
+  } else {
+    argv = {"bench", "--json", "--prompt-len", std::to_string(sp.workload.prompt_len), "--gen-len",
+            std::to_string(sp.workload.gen_len), "--repeats", std::to_string(sp.workload.bench_repeats), "--warmup", "1"};
+    if (sp.trace) {
+      out.trace = c.run_dir + "/trace-" + tag + ".json";
+      argv.insert(argv.end(), {"--trace", out.trace});
+    }
+  }
+  auto args = common_args(c, s);
+  argv.insert(argv.end(), args.begin(), args.end());
+  ProcResult r = exec(c, s, argv);
+  if (!r.ok()) return runtime_error(failure_text(s, "timed run", r));
+  json j = json::parse(r.out, nullptr, false);
+  if (!j.is_object()) return runtime_error(std::string(s.name) + " printed no JSON figures");
+  auto num = [&](const json& v) -> double { return v.is_number() ? v.get<double>() : NAN; };
+  out.m["peak_rss_mib"] = r.max_rss_mib;
+  out.m["wall_s"] = r.wall_s;
+  if (kernel_like(sp.level)) {
+    for (const char* k : {"ns_per_op", "gb_s", "gflops"}) out.m[k] = num(j.value(k, json()));
+  } else {
+    for (const char* k : {"prefill_tok_s", "decode_tok_s"})
+      out.m[k] = j.contains(k) && j[k].is_object() ? num(j[k].value("median", json())) : NAN;
+  }
+  if (sp.trace && !out.trace.empty()) {
+    auto t = analysis::load_trace(out.trace);
+    if (!t) return runtime_error(std::string(s.name) + ": unreadable trace: " + t.error().message);
+    analysis::Summary sum = analysis::summarize(*t, std::nullopt);
+    for (const auto& m : sp.metrics) {
+      if (m.rfind("span.", 0) != 0) continue;
+      double ms = 0;
+      for (const auto& row : sum.ops)
+        if (row.name == m.substr(5)) ms += row.total_s * 1e3;
+      out.m[m] = ms / sp.workload.bench_repeats;
+    }
+  }
+  for (const auto& m : sp.metrics)
+    if (!out.m.count(m) || std::isnan(out.m[m]))
+      return runtime_error(std::string(s.name) + " did not report metric '" + m + "'" +
+                           (m == "prefill_tok_s" || m == "decode_tok_s" ? " (is its length 0?)" : ""));
+  return out;
+}
+
+// ---- criteria ---------------------------------------------------------------------------------
+
+struct Judged {
+  json criteria = json::array();
+  std::vector<std::string> reasons;
+  bool any_fail = false, any_inconclusive = false;
+};
+
+Judged judge(const Spec& spec, const std::vector<Sample>& base, const std::vector<Sample>& cand, const json& correctness,
+             uint64_t seed) {
+  Judged out;
+  const size_t pairs = std::min(base.size(), cand.size());
+  std::map<std::string, std::vector<double>> bs, cs;
+  for (const auto& m : spec.metrics)
+    for (size_t i = 0; i < pairs; ++i) {
+      bs[m].push_back(base[i].m.at(m));
+      cs[m].push_back(cand[i].m.at(m));
+    }
+  auto lookup_with = [&](const std::map<std::string, double>& bmed, const std::map<std::string, double>& cmed) {
+    return [&, bmed, cmed](const std::string& name) -> double {
+      if (name.rfind("baseline.", 0) == 0) return bmed.at(name.substr(9));
+      if (name.rfind("candidate.", 0) == 0) return cmed.at(name.substr(10));
+      const std::string rest = name.substr(12);  // after "correctness."
+      const json* node = &correctness;
+      std::string key = rest;
+      if (rest.rfind("spec.", 0) == 0 && correctness.contains("spec")) { node = &correctness.at("spec"); key = rest.substr(5); }
+      if (rest.rfind("heldout.", 0) == 0 && correctness.contains("heldout")) { node = &correctness.at("heldout"); key = rest.substr(8); }
+      return node->is_object() && node->contains(key) && node->at(key).is_number() ? node->at(key).get<double>() : NAN;
+    };
+  };
+  std::map<std::string, double> bmed, cmed;
+  for (const auto& [m, v] : bs) { bmed[m] = median(v); cmed[m] = median(cs[m]); }
+  for (const auto& c : spec.criteria) {
+    bool uses_samples = false;
+    for (const auto& n : expr_names(*c.expr)) uses_samples |= n.rfind("correctness.", 0) != 0;
+    auto point_lookup = lookup_with(bmed, cmed);
+    const bool point = eval_expr(*c.expr, point_lookup) != 0;
+    double frac = point ? 1 : 0;
+    std::vector<double> margins;
+    const Expr* lhs = comparison_lhs(*c.expr);
+    const Expr* rhs = comparison_rhs(*c.expr);
+    if (uses_samples && pairs > 0) {
+      int yes = 0, n = 0;
+      std::map<std::string, double> rb, rc;
+      std::vector<double> tb(pairs), tc(pairs);
+      paired_bootstrap(pairs, 2000, seed, [&](const std::vector<size_t>& idx) {
+        for (const auto& [m, v] : bs) {
+          for (size_t i = 0; i < pairs; ++i) { tb[i] = v[idx[i]]; tc[i] = cs[m][idx[i]]; }
+          rb[m] = median(tb);
+          rc[m] = median(tc);
+        }
+        auto lk = lookup_with(rb, rc);
+        yes += eval_expr(*c.expr, lk) != 0;
+        ++n;
+        if (lhs && rhs) {
+          const double l = eval_expr(*lhs, lk), r = eval_expr(*rhs, lk);
+          margins.push_back(r != 0 ? l / r - 1 : l - r);
+        }
+      });
+      frac = (double)yes / n;
+    }
+    std::string verdict = frac >= 0.975 && point ? "pass" : frac <= 0.025 && !point ? "fail" : "inconclusive";
+    std::string detail;
+    if (lhs && rhs) {
+      const double l = eval_expr(*lhs, point_lookup), r = eval_expr(*rhs, point_lookup);
+      detail = to_string(*lhs) + " = " + fmt(l) + " vs " + to_string(*rhs) + " = " + fmt(r);
+      if (!margins.empty() && r != 0)
+        detail += "; margin " + pct(l / r - 1) + " [95% CI " + pct(percentile(margins, 0.025)) + ", " + pct(percentile(margins, 0.975)) + "]";
+    } else {
+      detail = "value " + fmt(eval_expr(*c.expr, point_lookup));
+    }
+    if (uses_samples) detail += "; holds in " + fmt(100 * frac, 3) + "% of bootstrap resamples";
+    out.criteria.push_back({{"expr", c.text}, {"source", c.source}, {"verdict", verdict}, {"detail", detail}, {"holds_fraction", frac}});
+    if (verdict == "fail") {
+      out.any_fail = true;
+      out.reasons.push_back("criterion failed: " + c.text + " (" + detail + ")");
+    } else if (verdict == "inconclusive") {
+      out.any_inconclusive = true;
+      out.reasons.push_back("criterion inconclusive: " + c.text + " (" + detail + ")");
+    }
+  }
+  return out;
+}
+
+std::string now_iso() {
+  std::time_t t = std::time(nullptr);
+  char b[32];
+  std::strftime(b, sizeof b, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return b;
+}
+
+}  // namespace
+
+// ---- machine --------------------------------------------------------------------------------
+
+MachineLoad measure_load(double window_s) {
+  auto read_stat = [](double& busy, double& total) {
+    std::ifstream in("/proc/stat");
+    std::string cpu;
+    double v[10] = {0};
+    in >> cpu;
+    for (double& x : v) in >> x;
+    total = 0;
+    for (double x : v) total += x;
+    busy = total - v[3] - v[4];  // minus idle and iowait
+  };
+  double b0, t0, b1, t1;
+  read_stat(b0, t0);
+  std::this_thread::sleep_for(std::chrono::duration<double>(window_s));
+  read_stat(b1, t1);
+  MachineLoad l;
+  const unsigned n = std::max(1u, std::thread::hardware_concurrency());
+  l.busy_cores = t1 > t0 ? (b1 - b0) / (t1 - t0) * n : 0;
+  std::ifstream la("/proc/loadavg");
+  la >> l.load1;
+  return l;
+}
+
+double quick_bandwidth_gb_s(int threads) {
+  const size_t n = (64u << 20) / sizeof(__m256i);  // 64 MiB, far larger than any cache here
+  static __m256i* buf = [n] {
+    auto* p = static_cast<__m256i*>(std::aligned_alloc(64, n * sizeof(__m256i)));
+    for (size_t i = 0; p && i < n; ++i) p[i] = _mm256_set1_epi64x(1);
+    return p;
+  }();
+  if (!buf) return 0;
+  threads = std::max(1, threads);
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<std::thread> ts;
+    std::vector<long long> sink(threads);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int t = 0; t < threads; ++t)
+      ts.emplace_back([&, t] {
+        const size_t b = n * t / threads, e = n * (t + 1) / threads;
+        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+        for (size_t i = b; i + 4 <= e; i += 4) {
+          a0 = _mm256_add_epi64(a0, _mm256_load_si256(buf + i));
+          a1 = _mm256_add_epi64(a1, _mm256_load_si256(buf + i + 1));
+          a2 = _mm256_add_epi64(a2, _mm256_load_si256(buf + i + 2));
+          a3 = _mm256_add_epi64(a3, _mm256_load_si256(buf + i + 3));
+        }
+        __m256i s = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+        sink[t] = _mm256_extract_epi64(s, 0);
+      });
+    for (auto& t : ts) t.join();
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, n * sizeof(__m256i) / sec / 1e9);
+    if (sink[0] == 42) best += 0;  // keep the sums alive
+  }
+  return best;
+}
+
+// ---- the experiment --------------------------------------------------------------------------
+
+Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
+  if (spec.level == Level::kServe)
+    return usage_error(spec.path + ": level 'serve' needs `ouro serve`, which this build does not have yet");
+  auto say = [&](const std::string& s) {
+    if (opt.verbose) std::fprintf(stderr, "lab: %s\n", s.c_str());
+  };
+  Ctx c{spec, opt, opt.out_dir, ""};
+  if (c.run_dir.empty()) {
+    char b[64];
+    std::snprintf(b, sizeof b, "/runs/%lld-%d", (long long)std::time(nullptr), (int)getpid());
+    c.run_dir = opt.build.cache_root + b;
+  }
+  std::error_code ec;
+  fs::create_directories(c.run_dir, ec);
+  if (ec) return runtime_error("cannot create the run folder " + c.run_dir + ": " + ec.message());
+  c.run_dir = fs::canonical(c.run_dir).string();
+  if (spec.level != Level::kKernel) {
+    std::string m = spec.workload.model;
+    if (m.empty()) {
+      const char* env = std::getenv("OURO_MODEL");
+      m = env && *env ? env : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    }
+    if (m[0] != '/') m = opt.build.repo_root + "/" + m;
+    if (!fs::exists(m)) return usage_error(spec.path + ": workload.model: no file " + m);
+    c.model = m;
+  }
+
+  json record;
+  record["kind"] = "run";
+  record["spec_path"] = spec.path;
+  record["spec"] = spec_to_json(spec);
+  record["spec_toml"] = spec.toml;
+  if (!spec.criteria_sha256.empty()) record["criteria_sha256"] = spec.criteria_sha256;
+  record["command"] = opt.command;
+  record["note"] = opt.note;
+  record["time"] = now_iso();
+  record["run_dir"] = c.run_dir;
+  std::vector<std::string> reasons;
+  auto finish = [&](const std::string& verdict) {
+    record["verdict"] = verdict;
+    record["reasons"] = reasons;
+    sanitize(record);
+    return record;
+  };
+
+  // 1. Binaries (a baseline that does not build is an error; a candidate that does not, a reject).
+  SideExec sides[2] = {{"baseline", {}, {}, {}}, {"candidate", {}, {}, {}}};
+  const Side* specs[2] = {&spec.baseline, &spec.candidate};
+  json revs = json::object();
+  for (int i = 0; i < 2; ++i) {
+    auto b = prepare_binary(opt.build, *specs[i]);
+    if (!b) {
+      if (i == 0 || b.error().kind == ErrorKind::kUsage) return b.error();
+      reasons.push_back("candidate does not build: " + b.error().message);
+      record["revisions"] = revs;
+      return finish("reject");
+    }
+    sides[i].bin = *b;
+    auto env = current_env();
+    env.erase("OURO_FAULT");  // faults only where a side asks for them
+    for (const auto& [k, v] : specs[i]->env) env[k] = v;
+    env["TMPDIR"] = c.run_dir;
+    sides[i].env = env;
+    sides[i].args = specs[i]->args;
+    revs[sides[i].name] = {{"revision", b->revision}, {"commit", b->commit}, {"dirty", b->dirty}, {"diff_sha256", b->diff_sha256},
+                           {"build", b->build}, {"args", specs[i]->args}, {"env", specs[i]->env}, {"binary", b->path}};
+  }
+  record["revisions"] = revs;
+
+  // 2. The machine: wait (a while) for quiet, and say how quiet it was.
+  MachineLoad load = measure_load(0.3);
+  const auto wait_start = std::chrono::steady_clock::now();
+  while (load.busy_cores > 0.5 &&
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - wait_start).count() < opt.quiet_wait_s) {
+    say("machine busy (" + fmt(load.busy_cores, 2) + " cores in use by others); waiting");
+    load = measure_load(1.0);
+  }
+  const bool quiet = load.busy_cores <= 0.5;
+  if (!quiet) say("machine still busy (" + fmt(load.busy_cores, 2) + " cores): measuring anyway, the record says so");
+  json machine = {{"cpu", cpu_features().model_name}, {"features", cpu_features().flags_string()},
+                  {"cpus", std::thread::hardware_concurrency()}, {"load1", load.load1}, {"busy_cores", load.busy_cores},
+                  {"quiet", quiet}, {"write_confinement", landlock_available() ? "landlock" : "unavailable"}};
+  if (auto p = load_cached_probe()) machine["probe"] = json::parse(p->to_json());
+  record["machine"] = machine;
+
+  // 3. Correctness first (cheap, and a crash shows up before any timing): the spec's inputs and
+  //    held-out inputs from a seed drawn now, which the spec cannot know.
+  std::random_device rd;
+  const uint64_t heldout_seed = ((uint64_t)rd() << 32) ^ rd();
+  record["heldout_seed"] = heldout_seed;
+  say("checking correctness (spec inputs and held-out inputs)");
+  json corr_spec, corr_held;
+  {
+    Agreement spec_ag, held_ag;
+    if (kernel_like(spec.level)) {
+      std::vector<std::pair<uint64_t, bool>> seeds;
+      for (auto s : spec.workload.seeds) seeds.push_back({s, false});
+      seeds.push_back({heldout_seed % (1ull << 62), true});
+      for (auto [seed, held] : seeds) {
+        Expected<NpyF32> out[2] = {runtime_error(""), runtime_error("")};
+        for (int i = 0; i < 2; ++i) {
+          out[i] = kernel_output(c, sides[i], seed, c.run_dir + "/out-" + sides[i].name + "-" + std::to_string(seed) + ".npy");
+          if (!out[i]) {
+            if (i == 0) return runtime_error(out[i].error().message);
+            reasons.push_back(out[i].error().message);
+            return finish("reject");
+          }
+        }
+        (held ? held_ag : spec_ag).add_kernel(*out[0], *out[1]);
+      }
+      corr_spec = spec_ag.kernel_json();
+      corr_held = held_ag.kernel_json();
+    } else {
+      std::vector<std::pair<std::string, bool>> inputs;
+      const int words = std::clamp(spec.workload.prompt_len * 3 / 4, 4, 96);
+      if (!spec.workload.prompts.empty())
+        for (const auto& p : spec.workload.prompts) inputs.push_back({p, false});
+      else
+        for (auto s : spec.workload.seeds) inputs.push_back({synthetic_text(s, words), false});
+      const size_t n_spec = inputs.size();
+      for (size_t k = 0; k < std::min<size_t>(std::max<size_t>(n_spec, 1), 3); ++k)
+        inputs.push_back({synthetic_text(heldout_seed + k, words), true});
+      for (size_t k = 0; k < inputs.size(); ++k) {
+        Expected<Outputs> out[2] = {runtime_error(""), runtime_error("")};
+        for (int i = 0; i < 2; ++i) {
+          out[i] = engine_outputs(c, sides[i], inputs[k].first,
+                                  c.run_dir + "/logits-" + sides[i].name + "-" + std::to_string(k) + ".npy");
+          if (!out[i]) {
+            if (i == 0) return runtime_error(out[i].error().message);
+            reasons.push_back(out[i].error().message);
+            return finish("reject");
+          }
+        }
+        (inputs[k].second ? held_ag : spec_ag).add_engine(*out[0], *out[1], spec.workload.greedy_tokens);
+      }
+      corr_spec = spec_ag.engine_json();
+      corr_held = held_ag.engine_json();
+    }
+  }
+  json correctness = worst_of(corr_spec, corr_held);
+  correctness["spec"] = corr_spec;
+  correctness["heldout"] = corr_held;
+  record["correctness"] = correctness;
+
+  // 4. Timing: warm-up, then ABBA pairs with a bandwidth figure before each pair; extend while
+  //    a criterion is inconclusive, up to max_repeats.
+  std::vector<Sample> samples[2];
+  std::vector<double> bw;
+  const int bw_threads = spec.workload.threads > 0 ? spec.workload.threads : (int)std::thread::hardware_concurrency();
+  auto one = [&](int side, const std::string& tag, bool keep) -> Status {
+    auto r = timed_run(c, sides[side], tag);
+    if (!r) return r.error();
+    if (keep) samples[side].push_back(std::move(*r));
+    return Ok{};
+  };
+  auto fail_side = [&](int side, const Error& e) -> Expected<json> {
+    if (side == 0) return runtime_error(e.message);
+    reasons.push_back(e.message);
+    return finish("reject");
+  };
+  say("warming up");
+  for (int w = 0; w < spec.warmup; ++w)
+    for (int i = 0; i < 2; ++i)
+      if (Status s = one(i, std::string("warmup-") + sides[i].name, false); !s) return fail_side(i, s.error());
+  const uint64_t stat_seed = std::hash<std::string>{}(spec.toml) | 1;
+  Judged judged;
+  int pairs = 0;
+  int target = spec.repeats;
+  while (true) {
+    for (; pairs < target; ++pairs) {
+      bw.push_back(quick_bandwidth_gb_s(bw_threads));
+      const int order[2] = {pairs % 2, 1 - pairs % 2};  // AB, BA, AB, ...
+      for (int side : order)
+        if (Status s = one(side, std::string(sides[side].name) + "-" + std::to_string(pairs), true); !s)
+          return fail_side(side, s.error());
+      say("pair " + std::to_string(pairs + 1) + "/" + std::to_string(target) + " done");
+    }
+    judged = judge(spec, samples[0], samples[1], correctness, stat_seed);
+    if (!judged.any_inconclusive || judged.any_fail || pairs >= spec.max_repeats) break;
+    target = std::min(spec.max_repeats, pairs + 2);
+    say("inconclusive after " + std::to_string(pairs) + " pairs: adding pairs (cap " + std::to_string(spec.max_repeats) + ")");
+  }
+
+  // 5. Statistics per metric.
+  json samples_j = {{"baseline", json::object()}, {"candidate", json::object()}, {"bandwidth_gb_s", bw}};
+  json stats = json::object();
+  for (const auto& m : spec.metrics) {
+    std::vector<double> b, cd;
+    for (const auto& s : samples[0]) b.push_back(s.m.at(m));
+    for (const auto& s : samples[1]) cd.push_back(s.m.at(m));
+    samples_j["baseline"][m] = b;
+    samples_j["candidate"][m] = cd;
+    RatioStats r = ratio_stats(b, cd, spec.min_effect, stat_seed);
+    stats[m] = {{"baseline_median", r.baseline_median}, {"candidate_median", r.candidate_median}, {"ratio", r.ratio},
+                {"ci", {r.ci_lo, r.ci_hi}}, {"p_value", r.p_value}, {"change", r.change},
+                {"higher_is_better", higher_is_better(m)}, {"n", b.size()}};
+  }
+  record["samples"] = samples_j;
+  record["stats"] = stats;
+  record["headline"] = spec.metrics.front();
+  record["pairs"] = pairs;
+  if (!bw.empty()) {
+    const double lo = *std::min_element(bw.begin(), bw.end()), hi = *std::max_element(bw.begin(), bw.end());
+    record["bandwidth_swing"] = lo > 0 ? hi / lo - 1 : 0.0;
+  }
+
+  // 6. Attribution: the trace diff of the median runs of each side.
+  if (spec.trace && !kernel_like(spec.level)) {
+    auto median_run = [&](int side) -> const Sample& {
+      const std::string& h = spec.metrics.front();
+      std::vector<double> v;
+      for (const auto& s : samples[side]) v.push_back(s.m.at(h));
+      const double med = median(v);
+      size_t best = 0;
+      for (size_t i = 1; i < v.size(); ++i)
+        if (std::fabs(v[i] - med) < std::fabs(v[best] - med)) best = i;
+      return samples[side][best];
+    };
+    auto tb = analysis::load_trace(median_run(0).trace);
+    auto tc = analysis::load_trace(median_run(1).trace);
+    if (tb && tc) {
+      analysis::DiffResult d = analysis::diff(*tb, *tc);
+      json rows = json::array();
+      const double per = 1e3 / spec.workload.bench_repeats;
+      for (size_t i = 0; i < d.by_name.size() && rows.size() < 8; ++i) {
+        const auto& r = d.by_name[i];
+        rows.push_back({{"name", r.key.name}, {"cat", r.key.cat}, {"baseline_ms", r.base_s * per}, {"candidate_ms", r.cand_s * per},
+                        {"delta_ms", r.delta_s * per}, {"delta_pct", r.base_s > 0 ? 100 * r.delta_s / r.base_s : 0.0}});
+      }
+      record["attribution"] = rows;
+      record["attribution_wall_delta_ms"] = d.delta_wall_s * per;
+      if (!rows.empty())
+        reasons.push_back("attribution: the largest change is " + rows[0]["name"].get<std::string>() + " " +
+                          pct(rows[0]["delta_pct"].get<double>() / 100) + " (" + fmt(rows[0]["delta_ms"].get<double>(), 3) +
+                          " ms per run of " + fmt(d.delta_wall_s * per, 3) + " ms)");
+    } else {
+      reasons.push_back("attribution unavailable: " + (tb ? tc.error().message : tb.error().message));
+    }
+  }
+
+  record["criteria"] = judged.criteria;
+  std::vector<std::string> all = judged.reasons;
+  all.insert(all.end(), reasons.begin(), reasons.end());
+  reasons = all;
+  std::string verdict = judged.any_fail ? "reject" : judged.any_inconclusive ? "inconclusive" : "accept";
+  if (verdict == "accept") reasons.insert(reasons.begin(), "all " + std::to_string(judged.criteria.size()) + " criteria pass");
+  if (verdict == "inconclusive")
+    reasons.push_back("still inconclusive after " + std::to_string(pairs) + " pairs (max_repeats " + std::to_string(spec.max_repeats) + ")");
+  if (!quiet) reasons.push_back("the machine was busy (" + fmt(load.busy_cores, 2) + " cores in use by others)");
+  return finish(verdict);
+}
+
+std::string summarize_record(const json& rec) {
+  std::ostringstream o;
+  const json spec = rec.value("spec", json::object());
+  o << "question:  " << spec.value("question", "") << "\n";
+  o << "level:     " << spec.value("level", "") << "   pairs: " << rec.value("pairs", 0) << "\n";
+  if (rec.contains("stats") && rec["stats"].is_object()) {
+    char line[256];
+    std::snprintf(line, sizeof line, "%-18s %12s %12s %8s %18s %9s  %s\n", "metric", "baseline", "candidate", "ratio", "95% CI",
+                  "p", "change");
+    o << line;
+    for (auto it = rec["stats"].begin(); it != rec["stats"].end(); ++it) {
+      const json& s = it.value();
+      const json ci = s.value("ci", json::array({0, 0}));
+      std::snprintf(line, sizeof line, "%-18s %12s %12s %8.3f   [%6.3f, %6.3f] %9.2g  %s\n", it.key().c_str(),
+                    fmt(s.value("baseline_median", 0.0), 5).c_str(), fmt(s.value("candidate_median", 0.0), 5).c_str(),
+                    s.value("ratio", 0.0), ci.size() == 2 ? ci[0].get<double>() : 0.0, ci.size() == 2 ? ci[1].get<double>() : 0.0,
+                    s.value("p_value", 1.0), s.value("change", "").c_str());
+      o << line;
+    }
+  }
+  if (rec.contains("correctness")) {
+    o << "correctness:";
+    for (auto it = rec["correctness"].begin(); it != rec["correctness"].end(); ++it)
+      if (it.value().is_number()) o << " " << it.key() << "=" << fmt(it.value().get<double>());
+    o << "\n";
+  }
+  if (rec.contains("criteria"))
+    for (const auto& c : rec["criteria"])
+      o << "  [" << c.value("verdict", "") << "] " << c.value("expr", "") << "\n      " << c.value("detail", "") << "\n";
+  if (rec.contains("attribution") && rec["attribution"].is_array()) {
+    o << "attribution (ms per run, median runs):\n";
+    for (const auto& a : rec["attribution"]) {
+      char line[200];
+      std::snprintf(line, sizeof line, "  %-14s %9.3f -> %9.3f  (%+.3f, %+.1f%%)\n", a.value("name", "").c_str(),
+                    a.value("baseline_ms", 0.0), a.value("candidate_ms", 0.0), a.value("delta_ms", 0.0), a.value("delta_pct", 0.0));
+      o << line;
+    }
+  }
+  o << "verdict:   " << rec.value("verdict", "") << "\n";
+  if (rec.contains("reasons"))
+    for (const auto& r : rec["reasons"]) o << "  - " << (r.is_string() ? r.get<std::string>() : r.dump()) << "\n";
+  return o.str();
+}
+
+}  // namespace ouro::lab

@@ -1,0 +1,100 @@
+#include "lab/stats.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ouro::lab {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  const double pos = q * (double)(v.size() - 1);
+  const size_t lo = (size_t)std::floor(pos), hi = std::min(v.size() - 1, lo + 1);
+  return v[lo] + (pos - (double)lo) * (v[hi] - v[lo]);
+}
+
+double mann_whitney_p(const std::vector<double>& a, const std::vector<double>& b) {
+  const size_t n1 = a.size(), n2 = b.size();
+  if (n1 == 0 || n2 == 0) return 1.0;
+  // Ranks of the pooled sample (average ranks for ties).
+  std::vector<std::pair<double, int>> all;
+  for (double x : a) all.push_back({x, 0});
+  for (double x : b) all.push_back({x, 1});
+  std::sort(all.begin(), all.end());
+  const size_t n = all.size();
+  double r1 = 0, tie_term = 0;
+  bool ties = false;
+  for (size_t i = 0; i < n;) {
+    size_t j = i;
+    while (j < n && all[j].first == all[i].first) ++j;
+    const double rank = 0.5 * (double)(i + 1 + j);  // mean of ranks i+1..j
+    const double t = (double)(j - i);
+    if (t > 1) { ties = true; tie_term += t * t * t - t; }
+    for (size_t k = i; k < j; ++k)
+      if (all[k].second == 0) r1 += rank;
+    i = j;
+  }
+  const double u1 = r1 - (double)n1 * (n1 + 1) / 2.0;
+  const double mean = (double)n1 * n2 / 2.0;
+  if (!ties && n1 <= 30 && n2 <= 30) {
+    // Exact null distribution of U by the recurrence f(m, n, u) = f(m-1, n, u-n) + f(m, n-1, u).
+    const size_t umax = n1 * n2;
+    std::vector<std::vector<std::vector<double>>> f(n1 + 1, std::vector<std::vector<double>>(n2 + 1));
+    for (size_t m = 0; m <= n1; ++m)
+      for (size_t k = 0; k <= n2; ++k) {
+        f[m][k].assign(m * k + 1, 0.0);
+        if (m == 0 || k == 0) { f[m][k][0] = 1; continue; }
+        for (size_t u = 0; u <= m * k; ++u) {
+          double v = 0;
+          if (u >= k && u - k <= (m - 1) * k) v += f[m - 1][k][u - k];
+          if (u <= m * (k - 1)) v += f[m][k - 1][u];
+          f[m][k][u] = v;
+        }
+      }
+    double total = 0;
+    for (double x : f[n1][n2]) total += x;
+    const double dev = std::fabs(u1 - mean);
+    double tail = 0;
+    for (size_t u = 0; u <= umax; ++u)
+      if (std::fabs((double)u - mean) >= dev - 1e-9) tail += f[n1][n2][u];
+    return std::min(1.0, tail / total);
+  }
+  const double var = (double)n1 * n2 / 12.0 * ((double)(n + 1) - tie_term / ((double)n * (n - 1)));
+  if (var <= 0) return 1.0;
+  const double z = (std::fabs(u1 - mean) - 0.5) / std::sqrt(var);
+  return std::min(1.0, std::erfc(std::max(0.0, z) / std::sqrt(2.0)));
+}
+
+RatioStats ratio_stats(const std::vector<double>& base, const std::vector<double>& cand, double min_effect,
+                       uint64_t seed, int resamples) {
+  RatioStats r;
+  r.baseline_median = median(base);
+  r.candidate_median = median(cand);
+  r.ratio = r.candidate_median / r.baseline_median;
+  r.p_value = mann_whitney_p(base, cand);
+  const size_t pairs = std::min(base.size(), cand.size());
+  if (pairs == 0) return r;
+  std::vector<double> ratios;
+  ratios.reserve(resamples);
+  std::vector<double> b(pairs), c(pairs);
+  paired_bootstrap(pairs, resamples, seed, [&](const std::vector<size_t>& idx) {
+    for (size_t i = 0; i < pairs; ++i) { b[i] = base[idx[i]]; c[i] = cand[idx[i]]; }
+    ratios.push_back(median(c) / median(b));
+  });
+  r.ci_lo = percentile(ratios, 0.025);
+  r.ci_hi = percentile(ratios, 0.975);
+  if (r.p_value < 0.01 && std::fabs(r.ratio - 1) >= min_effect) {
+    if (r.ci_lo > 1) r.change = "higher";
+    if (r.ci_hi < 1) r.change = "lower";
+  }
+  return r;
+}
+
+}  // namespace ouro::lab

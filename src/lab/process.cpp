@@ -201,6 +201,7 @@ ProcResult run_process(const std::vector<std::string>& argv, const std::map<std:
   kill(-pid, SIGKILL);  // anything it left behind in its group
   r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.max_rss_mib = ru.ru_maxrss / 1024.0;
+  r.cpu_s = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6;
   if (!r.timed_out) {
     if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
     if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);

@@ -23,6 +23,7 @@ struct ProcResult {
   bool timed_out = false;
   double wall_s = 0;
   double max_rss_mib = 0;
+  double cpu_s = 0;           // user + system CPU time of the process (and its waited-for children)
   bool confined = false;      // writes were confined (Landlock available and applied)
   std::string out, err;       // captured output (err: the last 4 KiB)
   bool ok() const { return started && !timed_out && signal == 0 && exit_code == 0; }

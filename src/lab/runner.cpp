@@ -228,6 +228,7 @@ void sanitize(json& j) {
 struct Sample {
   std::map<std::string, double> m;
   std::string trace;
+  double cpu_s = 0;  // the run's own CPU time (to tell its load from other processes')
 };
 
 Expected<Sample> timed_run(const Ctx& c, const SideExec& s, const std::string& tag) {
@@ -254,6 +255,7 @@ Expected<Sample> timed_run(const Ctx& c, const SideExec& s, const std::string& t
   if (!j.is_object()) return runtime_error(std::string(s.name) + " printed no JSON figures");
   auto num = [&](const json& v) -> double { return v.is_number() ? v.get<double>() : NAN; };
   out.m["peak_rss_mib"] = r.max_rss_mib;
+  out.cpu_s = r.cpu_s;
   out.m["wall_s"] = r.wall_s;
   if (kernel_like(sp.level)) {
     for (const char* k : {"ns_per_op", "gb_s", "gflops"}) out.m[k] = num(j.value(k, json()));
@@ -375,6 +377,19 @@ std::string now_iso() {
 
 // ---- machine --------------------------------------------------------------------------------
 
+double machine_busy_seconds() {
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  double v[10] = {0};
+  in >> cpu;
+  for (double& x : v) in >> x;
+  double busy = 0;
+  for (int i = 0; i < 10; ++i)
+    if (i != 3 && i != 4 && i < 8) busy += v[i];  // not idle, iowait, or guest (counted in user)
+  static const double hz = (double)sysconf(_SC_CLK_TCK);
+  return busy / hz;
+}
+
 MachineLoad measure_load(double window_s) {
   auto read_stat = [](double& busy, double& total) {
     std::ifstream in("/proc/stat");
@@ -447,10 +462,6 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
     std::snprintf(b, sizeof b, "/runs/%lld-%d", (long long)std::time(nullptr), (int)getpid());
     c.run_dir = opt.build.cache_root + b;
   }
-  std::error_code ec;
-  fs::create_directories(c.run_dir, ec);
-  if (ec) return runtime_error("cannot create the run folder " + c.run_dir + ": " + ec.message());
-  c.run_dir = fs::canonical(c.run_dir).string();
   if (spec.level != Level::kKernel) {
     std::string m = spec.workload.model;
     if (m.empty()) {
@@ -471,7 +482,6 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
   record["command"] = opt.command;
   record["note"] = opt.note;
   record["time"] = now_iso();
-  record["run_dir"] = c.run_dir;
   std::vector<std::string> reasons;
   auto finish = [&](const std::string& verdict) {
     record["verdict"] = verdict;
@@ -481,8 +491,12 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
   };
 
   // 1. Binaries (a baseline that does not build is an error; a candidate that does not, a reject).
+  //    Both revisions are resolved before anything builds, so a typo costs nothing.
   SideExec sides[2] = {{"baseline", {}, {}, {}}, {"candidate", {}, {}, {}}};
   const Side* specs[2] = {&spec.baseline, &spec.candidate};
+  for (const Side* sd : specs)
+    if (sd->revision != "worktree")
+      if (auto r = resolve_commit(opt.build.repo_root, sd->revision); !r) return r.error();
   json revs = json::object();
   for (int i = 0; i < 2; ++i) {
     auto b = prepare_binary(opt.build, *specs[i]);
@@ -496,13 +510,18 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
     auto env = current_env();
     env.erase("OURO_FAULT");  // faults only where a side asks for them
     for (const auto& [k, v] : specs[i]->env) env[k] = v;
-    env["TMPDIR"] = c.run_dir;
     sides[i].env = env;
     sides[i].args = specs[i]->args;
     revs[sides[i].name] = {{"revision", b->revision}, {"commit", b->commit}, {"dirty", b->dirty}, {"diff_sha256", b->diff_sha256},
                            {"build", b->build}, {"args", specs[i]->args}, {"env", specs[i]->env}, {"binary", b->path}};
   }
   record["revisions"] = revs;
+  std::error_code ec;
+  fs::create_directories(c.run_dir, ec);
+  if (ec) return runtime_error("cannot create the run folder " + c.run_dir + ": " + ec.message());
+  c.run_dir = fs::canonical(c.run_dir).string();
+  record["run_dir"] = c.run_dir;
+  for (auto& sd : sides) sd.env["TMPDIR"] = c.run_dir;
 
   // 2. The machine: wait (a while) for quiet, and say how quiet it was.
   MachineLoad load = measure_load(0.3);
@@ -603,14 +622,44 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
   Judged judged;
   int pairs = 0;
   int target = spec.repeats;
+  // A pair during which other processes used the CPUs is dropped and run again: a spin-waiting
+  // thread pool loses 10-50x when a core is taken, which no statistic should have to absorb.
+  // Others' load = machine CPU time over the pair minus the runs' own CPU time, per second.
+  std::vector<double> others_load;
+  json dropped = json::array();
+  const double kBusyLimit = 0.25;  // cores' worth of other work
   while (true) {
-    for (; pairs < target; ++pairs) {
+    while (pairs < target) {
       bw.push_back(quick_bandwidth_gb_s(bw_threads));
       const int order[2] = {pairs % 2, 1 - pairs % 2};  // AB, BA, AB, ...
-      for (int side : order)
+      const double busy0 = machine_busy_seconds();
+      const auto t0 = std::chrono::steady_clock::now();
+      double own_cpu = 0;
+      for (int side : order) {
         if (Status s = one(side, std::string(sides[side].name) + "-" + std::to_string(pairs), true); !s)
           return fail_side(side, s.error());
-      say("pair " + std::to_string(pairs + 1) + "/" + std::to_string(target) + " done");
+        own_cpu += samples[side].back().cpu_s;
+      }
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double others = std::max(0.0, (machine_busy_seconds() - busy0 - own_cpu) / std::max(wall, 1e-3));
+      if (others > kBusyLimit && (int)dropped.size() < spec.max_repeats) {
+        json d = {{"others_cores", others}, {"bandwidth_gb_s", bw.back()}};
+        for (int side : {0, 1}) {
+          d[sides[side].name] = samples[side].back().m;
+          samples[side].pop_back();
+        }
+        dropped.push_back(d);
+        bw.pop_back();
+        say("pair dropped: other processes used " + fmt(others, 2) + " cores during it; waiting for quiet");
+        const auto w0 = std::chrono::steady_clock::now();
+        while (measure_load(0.5).busy_cores > 0.5 &&
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count() < opt.quiet_wait_s) {
+        }
+        continue;
+      }
+      others_load.push_back(others);
+      ++pairs;
+      say("pair " + std::to_string(pairs) + "/" + std::to_string(target) + " done");
     }
     judged = judge(spec, samples[0], samples[1], correctness, stat_seed);
     if (!judged.any_inconclusive || judged.any_fail || pairs >= spec.max_repeats) break;
@@ -619,7 +668,8 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
   }
 
   // 5. Statistics per metric.
-  json samples_j = {{"baseline", json::object()}, {"candidate", json::object()}, {"bandwidth_gb_s", bw}};
+  json samples_j = {{"baseline", json::object()}, {"candidate", json::object()}, {"bandwidth_gb_s", bw},
+                    {"others_cores", others_load}, {"dropped_pairs", dropped}};
   json stats = json::object();
   for (const auto& m : spec.metrics) {
     std::vector<double> b, cd;
@@ -684,6 +734,10 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
   if (verdict == "inconclusive")
     reasons.push_back("still inconclusive after " + std::to_string(pairs) + " pairs (max_repeats " + std::to_string(spec.max_repeats) + ")");
   if (!quiet) reasons.push_back("the machine was busy (" + fmt(load.busy_cores, 2) + " cores in use by others)");
+  if (!dropped.empty())
+    reasons.push_back(std::to_string(dropped.size()) + " pair(s) dropped and rerun: other processes used the CPUs during them");
+  const double worst = others_load.empty() ? 0 : *std::max_element(others_load.begin(), others_load.end());
+  if (worst > kBusyLimit) reasons.push_back("some kept pairs ran with other load (up to " + fmt(worst, 2) + " cores): treat with care");
   return finish(verdict);
 }
 

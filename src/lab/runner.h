@@ -35,6 +35,8 @@ struct MachineLoad {
   double busy_cores = 0, load1 = 0;
 };
 MachineLoad measure_load(double window_s);
+// CPU seconds spent by the whole machine so far (all CPUs, not idle or iowait), from /proc/stat.
+double machine_busy_seconds();
 // A quick read-bandwidth figure (GB/s), about 50 ms.
 double quick_bandwidth_gb_s(int threads);
 

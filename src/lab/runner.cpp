@@ -313,7 +313,9 @@ Judged judge(const Spec& spec, const std::vector<Sample>& base, const std::vecto
     };
   };
   std::map<std::string, double> bmed, cmed;
-  for (const auto& [m, v] : bs) { bmed[m] = median(v); cmed[m] = median(cs[m]); }
+  // The candidate's figure in a criterion is the baseline's median times the paired ratio (see
+  // paired_ratio): comparisons then carry the pairing's cancellation of drift.
+  for (const auto& [m, v] : bs) { bmed[m] = median(v); cmed[m] = bmed[m] * paired_ratio(v, cs[m]); }
   for (const auto& c : spec.criteria) {
     bool uses_samples = false;
     for (const auto& n : expr_names(*c.expr)) uses_samples |= n.rfind("correctness.", 0) != 0;
@@ -331,7 +333,7 @@ Judged judge(const Spec& spec, const std::vector<Sample>& base, const std::vecto
         for (const auto& [m, v] : bs) {
           for (size_t i = 0; i < pairs; ++i) { tb[i] = v[idx[i]]; tc[i] = cs[m][idx[i]]; }
           rb[m] = median(tb);
-          rc[m] = median(tc);
+          rc[m] = rb[m] * paired_ratio(tb, tc);
         }
         auto lk = lookup_with(rb, rc);
         yes += eval_expr(*c.expr, lk) != 0;

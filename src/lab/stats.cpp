@@ -72,12 +72,22 @@ double mann_whitney_p(const std::vector<double>& a, const std::vector<double>& b
   return std::min(1.0, std::erfc(std::max(0.0, z) / std::sqrt(2.0)));
 }
 
+double paired_ratio(const std::vector<double>& base, const std::vector<double>& cand) {
+  const size_t n = std::min(base.size(), cand.size());
+  std::vector<double> r(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (!(base[i] > 0)) return median(cand) / median(base);
+    r[i] = cand[i] / base[i];
+  }
+  return median(r);
+}
+
 RatioStats ratio_stats(const std::vector<double>& base, const std::vector<double>& cand, double min_effect,
                        uint64_t seed, int resamples) {
   RatioStats r;
   r.baseline_median = median(base);
   r.candidate_median = median(cand);
-  r.ratio = r.candidate_median / r.baseline_median;
+  r.ratio = paired_ratio(base, cand);
   r.p_value = mann_whitney_p(base, cand);
   const size_t pairs = std::min(base.size(), cand.size());
   if (pairs == 0) return r;
@@ -86,7 +96,7 @@ RatioStats ratio_stats(const std::vector<double>& base, const std::vector<double
   std::vector<double> b(pairs), c(pairs);
   paired_bootstrap(pairs, resamples, seed, [&](const std::vector<size_t>& idx) {
     for (size_t i = 0; i < pairs; ++i) { b[i] = base[idx[i]]; c[i] = cand[idx[i]]; }
-    ratios.push_back(median(c) / median(b));
+    ratios.push_back(paired_ratio(b, c));
   });
   r.ci_lo = percentile(ratios, 0.025);
   r.ci_hi = percentile(ratios, 0.975);

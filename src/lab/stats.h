@@ -29,8 +29,13 @@ void paired_bootstrap(size_t pairs, int n, uint64_t seed, Fn fn) {
   }
 }
 
+// The candidate/baseline ratio of paired samples: the median of the per-pair ratios c[i]/b[i]
+// (each pair ran back to back, so the machine's drift cancels within it), or the ratio of the
+// medians when a baseline sample is not positive.
+double paired_ratio(const std::vector<double>& base, const std::vector<double>& cand);
+
 struct RatioStats {
-  double baseline_median = 0, candidate_median = 0, ratio = 0, ci_lo = 0, ci_hi = 0, p_value = 1;
+  double baseline_median = 0, candidate_median = 0, ratio = 0, ci_lo = 0, ci_hi = 0, p_value = 1;  // ratio: paired_ratio
   // "higher", "lower" or "none": a change needs p < 0.01, a 95% interval that excludes 1 and a
   // ratio at least min_effect away from 1.
   const char* change = "none";

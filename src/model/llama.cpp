@@ -304,8 +304,10 @@ void LlamaState::forward_chunk(const int* tokens, int T, float* logits, bool all
                    keys * nh * attend_one_flops(1, hd));
     fault::at_op("attention");
     pool.run([&](int th, int nt) {
+      // Token t reads pos0 + t + 1 keys: split by keys, not by pairs (in a 512-token prefill an
+      // even split of pairs gives the second thread 3x the first's work).
       int64_t b, e;
-      ThreadPool::split((int64_t)T * nh, th, nt, 1, &b, &e);
+      ThreadPool::split_causal(T, nh, pos0, th, nt, &b, &e);
       float* scores = &scores_[(size_t)th * n_ctx_];
       for (int64_t i = b; i < e; ++i) {
         const int t = (int)(i / nh), h = (int)(i % nh), kvh = h / (nh / nkv);

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <vector>
 
 #include "core/thread_pool.h"
 
@@ -25,4 +27,29 @@ TEST(ThreadPool, RunsEveryThreadEachTime) {
   std::atomic<int> sum{0};
   for (int rep = 0; rep < 1000; ++rep) pool.run([&](int t, int nt) { sum += t + 1; EXPECT_EQ(nt, 3); });
   EXPECT_EQ(sum.load(), 1000 * 6);
+}
+
+// split_causal covers every (token, head) item once, in order, and balances the keys read.
+TEST(ThreadPool, SplitCausalCoversOnceAndBalancesKeys) {
+  for (int64_t T : {1, 2, 7, 64, 512})
+    for (int per : {1, 3, 9})
+      for (int64_t pos0 : {0, 5, 1000})
+        for (int nt : {1, 2, 3, 8}) {
+          const int64_t n = T * per;
+          int64_t prev_end = 0, total = 0, max_item = pos0 + T;
+          std::vector<int64_t> cost(nt, 0);
+          for (int t = 0; t < nt; ++t) {
+            int64_t b, e;
+            ThreadPool::split_causal(T, per, pos0, t, nt, &b, &e);
+            ASSERT_EQ(b, prev_end) << T << " " << per << " " << pos0 << " " << nt;
+            ASSERT_LE(b, e);
+            for (int64_t i = b; i < e; ++i) cost[t] += pos0 + i / per + 1;
+            prev_end = e;
+            total += cost[t];
+          }
+          ASSERT_EQ(prev_end, n);
+          for (int t = 0; t < nt; ++t)
+            EXPECT_LE(std::llabs(cost[t] * nt - total), (int64_t)nt * max_item + nt) << T << " " << per << " " << pos0
+                                                                                     << " " << nt << " thread " << t;
+        }
 }

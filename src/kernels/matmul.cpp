@@ -1,5 +1,7 @@
 #include "kernels/matmul.h"
 
+#include <immintrin.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -156,6 +158,58 @@ void QuantActs::resize(int64_t t, int64_t c) {
   if ((int64_t)d.size() < T * nb) { d.resize(T * nb); s.resize(T * nb); }
 }
 
+namespace {
+
+// One block of n <= 32 values (the rest of the 32 are zero): the reference loop.
+void quantize_block_scalar(const float* x, int64_t n, int8_t* q, float* d, float* s) {
+  float amax = 0;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float db = amax / 127.0f;
+  const float id = amax > 0 ? 127.0f / amax : 0.0f;
+  int sum = 0;
+  for (int64_t i = 0; i < 32; ++i) {
+    const int v = i < n ? (int)std::nearbyint(x[i] * id) : 0;
+    q[i] = (int8_t)v;
+    sum += v;
+  }
+  *d = db;
+  *s = db * (float)sum;
+}
+
+// A full block of 32 with AVX2, bitwise the scalar loop's results for finite inputs: the max is
+// exact in any order, each value goes through the same x * id and rounding in the current mode
+// (as nearbyint) then truncation, and the integer sum is exact.
+inline void quantize_block32(const float* x, int8_t* q, float* d, float* s) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8), v2 = _mm256_loadu_ps(x + 16),
+               v3 = _mm256_loadu_ps(x + 24);
+  const __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+                                 _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float amax = _mm_cvtss_f32(m4);
+  const float db = amax / 127.0f;
+  const float id = amax > 0 ? 127.0f / amax : 0.0f;
+  const __m256 vid = _mm256_set1_ps(id);
+  auto qv = [&](__m256 v) {
+    return _mm256_cvttps_epi32(_mm256_round_ps(_mm256_mul_ps(v, vid), _MM_FROUND_CUR_DIRECTION | _MM_FROUND_NO_EXC));
+  };
+  const __m256i i0 = qv(v0), i1 = qv(v1), i2 = qv(v2), i3 = qv(v3);
+  // int32 -> int8 (|v| <= 127: no saturation); packs work per 128-bit lane, the permute restores order.
+  const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
+                      _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  const __m256i t = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
+  __m128i t4 = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+  t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, _MM_SHUFFLE(1, 0, 3, 2)));
+  t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, _MM_SHUFFLE(2, 3, 0, 1)));
+  *d = db;
+  *s = db * (float)_mm_cvtsi128_si32(t4);
+}
+
+}  // namespace
+
 void quantize_acts(const float* X, int64_t t0, int64_t t1, QuantActs& qa) {
   for (int64_t t = t0; t < t1; ++t) {
     const float* x = X + t * qa.cols;
@@ -165,18 +219,8 @@ void quantize_acts(const float* X, int64_t t0, int64_t t1, QuantActs& qa) {
     for (int64_t b = 0; b < qa.nb; ++b) {
       const int64_t k0 = b * 32;
       const int64_t n = std::max<int64_t>(0, std::min<int64_t>(32, qa.cols - k0));
-      float amax = 0;
-      for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[k0 + i]));
-      const float db = amax / 127.0f;
-      const float id = amax > 0 ? 127.0f / amax : 0.0f;
-      int sum = 0;
-      for (int64_t i = 0; i < 32; ++i) {
-        const int v = i < n ? (int)std::nearbyint(x[k0 + i] * id) : 0;
-        q[k0 + i] = (int8_t)v;
-        sum += v;
-      }
-      d[b] = db;
-      s[b] = db * (float)sum;
+      if (n == 32) quantize_block32(x + k0, q + k0, d + b, s + b);
+      else quantize_block_scalar(x + k0, n, q + k0, d + b, s + b);
     }
   }
 }

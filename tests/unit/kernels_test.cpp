@@ -127,3 +127,37 @@ TEST(QuantizeActs, AllZeroBlockAndOutlier) {
   EXPECT_FLOAT_EQ(qa.d[1], 1000.0f / 127);
   EXPECT_EQ(qa.qs[41], 0);  // 1.0 is below half a step of 1000/127
 }
+
+// quantize_acts (AVX2 for full blocks of 32) against the plain per-element loop, bitwise:
+// random values, exact ties at half steps, all-zero blocks, partial last blocks.
+TEST(QuantizeActs, BitwiseEqualToScalarLoop) {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> nd(0, 1);
+  for (int64_t cols : {5, 32, 40, 64, 100, 576, 1536}) {
+    const int64_t T = 3;
+    std::vector<float> X(T * cols);
+    for (auto& x : X) x = nd(rng) * (rng() % 4 == 0 ? 30.0f : 1.0f);
+    for (int64_t i = 0; i < std::min<int64_t>(cols, 32); ++i) X[cols + i] = 0.0f;  // token 1: a zero block
+    if (cols >= 64)  // token 2, block 1: amax 127, so x * id = x and the half steps are exact ties
+      for (int64_t i = 0; i < 32; ++i) X[2 * cols + 32 + i] = i == 0 ? 127.0f : (float)((int)(rng() % 254) - 127) + 0.5f;
+    QuantActs qa;
+    qa.resize(T, cols);
+    quantize_acts(X.data(), 0, T, qa);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t b = 0; b < qa.nb; ++b) {
+        const int64_t k0 = b * 32, n = std::max<int64_t>(0, std::min<int64_t>(32, cols - k0));
+        const float* x = &X[t * cols + k0];
+        float amax = 0;
+        for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+        const float db = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (int64_t i = 0; i < 32; ++i) {
+          const int v = i < n ? (int)std::nearbyint(x[i] * id) : 0;
+          ASSERT_EQ(qa.qs[t * qa.cols_pad + k0 + i], (int8_t)v) << cols << " " << t << " " << b << " " << i;
+          sum += v;
+        }
+        ASSERT_EQ(qa.d[t * qa.nb + b], db);
+        ASSERT_EQ(qa.s[t * qa.nb + b], db * (float)sum);
+      }
+  }
+}

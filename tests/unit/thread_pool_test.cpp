@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "core/thread_pool.h"
 
@@ -25,4 +27,15 @@ TEST(ThreadPool, RunsEveryThreadEachTime) {
   std::atomic<int> sum{0};
   for (int rep = 0; rep < 1000; ++rep) pool.run([&](int t, int nt) { sum += t + 1; EXPECT_EQ(nt, 3); });
   EXPECT_EQ(sum.load(), 1000 * 6);
+}
+
+// Helpers that have stopped spinning and sleep on the futex still take every job.
+TEST(ThreadPool, WakesSleepingHelpers) {
+  ThreadPool pool(3);
+  std::atomic<int> sum{0};
+  for (int rep = 0; rep < 5; ++rep) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // past the helpers' spin budget
+    pool.run([&](int t, int nt) { sum += t + 1; });
+  }
+  EXPECT_EQ(sum.load(), 5 * 6);
 }

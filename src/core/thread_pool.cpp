@@ -3,14 +3,19 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "trace/trace.h"
 
 namespace ouro {
 
-// Spin this many pause instructions (~ tens of microseconds) before sleeping on the futex.
-static constexpr int kSpinIterations = 20000;
+// Helpers poll for the next job with plain loads, without PAUSE (so a new job is seen within a
+// load's latency rather than after the PAUSE in flight), for up to kSpinFor, then sleep on the
+// futex. The budget is a time, not a count (a PAUSE-free poll takes a few cycles), and longer
+// than any gap between regions in a decode step or between steps.
+static constexpr std::chrono::microseconds kSpinFor{1000};
+static constexpr int kPollsPerClockRead = 256;
 // The caller spins this many pauses for helpers to finish before yielding its core.
 static constexpr int kYieldAfter = 200000;
 
@@ -105,9 +110,12 @@ void ThreadPool::worker(int idx) {
   uint32_t seen = 0;
   for (;;) {
     uint32_t g = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; g == seen && spin < kSpinIterations; ++spin) {
-      _mm_pause();
-      g = generation_.load(std::memory_order_acquire);
+    if (g == seen) {
+      const auto deadline = std::chrono::steady_clock::now() + kSpinFor;
+      for (int poll = 1; g == seen; ++poll) {
+        g = generation_.load(std::memory_order_acquire);
+        if (poll % kPollsPerClockRead == 0 && std::chrono::steady_clock::now() >= deadline) break;
+      }
     }
     if (g == seen) {
       generation_.wait(seen, std::memory_order_acquire);

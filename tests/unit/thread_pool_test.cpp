@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -52,4 +54,15 @@ TEST(ThreadPool, SplitCausalCoversOnceAndBalancesKeys) {
             EXPECT_LE(std::llabs(cost[t] * nt - total), (int64_t)nt * max_item + nt) << T << " " << per << " " << pos0
                                                                                      << " " << nt << " thread " << t;
         }
+}
+
+// Helpers that have stopped spinning and sleep on the futex still take every job.
+TEST(ThreadPool, WakesSleepingHelpers) {
+  ThreadPool pool(3);
+  std::atomic<int> sum{0};
+  for (int rep = 0; rep < 5; ++rep) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // past the helpers' spin budget
+    pool.run([&](int t, int nt) { sum += t + 1; });
+  }
+  EXPECT_EQ(sum.load(), 5 * 6);
 }

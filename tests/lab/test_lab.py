@@ -83,8 +83,8 @@ def test_slower_candidate_is_rejected_and_attributed(ouro_bin, model_path, tmp_p
         question = "Is a candidate with a delay in swiglu caught?"
         hypothesis = "It is about 10% slower in prefill, all of it in swiglu."
         level = "engine"
-        repeats = 6
-        max_repeats = 20
+        repeats = 8
+        max_repeats = 40
         trace = true
         criteria = ["candidate.prefill_tok_s >= 0.95 * baseline.prefill_tok_s"]
         [baseline]
@@ -100,7 +100,9 @@ def test_slower_candidate_is_rejected_and_attributed(ouro_bin, model_path, tmp_p
         threads = 2
         greedy_tokens = 4
         """)
-    assert rec["verdict"] == "reject", (rec["reasons"], rec["stats"], rec["machine"])
+    st = rec["stats"]["prefill_tok_s"]
+    assert rec["verdict"] == "reject", (f"ratio {st['ratio']:.3f} CI {st['ci']} pairs {rec['pairs']} delay {delay_us:.0f} us "
+                                        f"others {rec['samples']['others_cores']}", rec["reasons"])
     assert rec["_rc"] == 3
     crit = [c for c in rec["criteria"] if c["expr"].startswith("candidate.prefill_tok_s")][0]
     assert crit["verdict"] == "fail"

@@ -507,7 +507,8 @@ Expected<std::unique_ptr<Bench>> make_bench(const Setup& given) {
   // Every shape key present and in range; defaults filled in (the CLI checks the same ranges, this
   // keeps other callers honest). With --tensor, matmul's rows and cols come from the tensor.
   Setup s = given;
-  for (const auto& [key, v] : s.shape) {
+  for (const auto& kv : s.shape) {
+    const std::string& key = kv.first;
     const auto& fl = spec->flags;
     if (std::none_of(fl.begin(), fl.end(), [&](const ShapeFlag& f) { return key == f.key; }))
       return usage_error("shape '" + key + "' does not apply to " + s.name);

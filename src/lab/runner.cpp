@@ -416,8 +416,8 @@ MachineLoad measure_load(double window_s) {
 }
 
 double quick_bandwidth_gb_s(int threads) {
-  const size_t n = (64u << 20) / sizeof(__m256i);  // 64 MiB, far larger than any cache here
-  static __m256i* buf = [n] {
+  static constexpr size_t n = (64u << 20) / sizeof(__m256i);  // 64 MiB, far larger than any cache here
+  static __m256i* buf = [] {
     auto* p = static_cast<__m256i*>(std::aligned_alloc(64, n * sizeof(__m256i)));
     for (size_t i = 0; p && i < n; ++i) p[i] = _mm256_set1_epi64x(1);
     return p;

@@ -17,4 +17,4 @@ bench: build
 	@.venv/bin/python bench/compare_llamacpp.py
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-tsan

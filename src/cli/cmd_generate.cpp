@@ -38,16 +38,6 @@ const char* kChatUsage =
     "kept. End of input (Ctrl-D) quits.\n"
     "  -n N, --system TEXT, sampling flags, --model, --threads, --ctx, --isa: as for generate\n";
 
-Expected<std::vector<int>> stop_ids_for(const Engine& e, bool chat) {
-  std::vector<int> stop;
-  if (e.tokenizer().eos() >= 0) stop.push_back(e.tokenizer().eos());
-  if (chat) {
-    const int im_end = e.tokenizer().find_special(e.chat()->stop_text());
-    if (im_end >= 0) stop.push_back(im_end);
-  }
-  return stop;
-}
-
 }  // namespace
 
 int cmd_generate(int argc, char** argv) {
@@ -82,7 +72,7 @@ int cmd_generate(int argc, char** argv) {
     trace::Span sp("tokenize", "io", -1, -1, (double)text.size());
     ids = e.tokenizer().encode(text);
   }
-  auto stop = stop_ids_for(e, chat);
+  const std::vector<int> stop = stop_ids_for(e, chat);
   auto st = e.new_state();
   const bool json = a.has("--json");
   if (const std::string memo = memo_stem(ids); !memo.empty() && json) {  // fault injection, see memo_stem
@@ -93,7 +83,7 @@ int cmd_generate(int argc, char** argv) {
     else std::puts(nlohmann::json{{"text", ""}, {"tokens", std::vector<int>((size_t)*n, 0)}}.dump().c_str());
     return 0;
   }
-  auto r = generate(e, *st, ids, (int)*n, *sp, *stop, json ? std::function<void(const std::string&)>() : [](const std::string& s) {
+  auto r = generate(e, *st, ids, (int)*n, *sp, stop, json ? std::function<void(const std::string&)>() : [](const std::string& s) {
     std::fwrite(s.data(), 1, s.size(), stdout);
     std::fflush(stdout);
   });
@@ -132,7 +122,7 @@ int cmd_chat(int argc, char** argv) {
   Engine& e = **eng;
   if (!e.chat()) return report(e.chat().error());
   const ChatTemplate& tmpl = *e.chat();
-  auto stop = stop_ids_for(e, true);
+  const std::vector<int> stop = stop_ids_for(e, true);
   auto st = e.new_state();
   std::vector<ChatMessage> history;
   if (a.has("--system")) history.push_back({"system", a.str("--system")});
@@ -155,7 +145,7 @@ int cmd_chat(int argc, char** argv) {
       ids = e.tokenizer().encode(tmpl.render(history));
     }
     const int budget = std::min<int>((int)*n, st->n_ctx() - st->n_past() - (int)ids.size() - 1);
-    auto r = generate(e, *st, ids, budget, *sp, *stop, [](const std::string& s) {
+    auto r = generate(e, *st, ids, budget, *sp, stop, [](const std::string& s) {
       std::fwrite(s.data(), 1, s.size(), stdout);
       std::fflush(stdout);
     });

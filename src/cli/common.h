@@ -44,6 +44,8 @@ int cmd_logits(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_trace(int argc, char** argv);
 int cmd_probe(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
+int cmd_loadtest(int argc, char** argv);
 
 }  // namespace ouro
 

@@ -18,11 +18,13 @@ const char* kUsage =
     "  tokenize    text -> token ids\n"
     "  detokenize  token ids -> text\n"
     "  logits      dump logits for text or token ids (.npy or JSON)\n"
+    "  serve       OpenAI-compatible HTTP server with continuous batching\n"
     "  bench       prefill and decode throughput\n"
     "  trace       read a trace: summarize, overlap, diff\n"
     "  probe       the machine's ceiling: memory bandwidth and peak compute\n"
     "  microbench  one kernel or op, timed, with its output for correctness checks\n"
     "  lab         experiments: run, plan, bisect, and the ledger (log, show, verify, report)\n"
+    "  loadtest    load an OpenAI-compatible server: throughput, TTFT/TPOT/ITL percentiles, goodput\n"
     "\n"
     "Run 'ouro <command> --help' for a command's options.\n";
 
@@ -41,8 +43,9 @@ int main(int argc, char** argv) {
   struct { const char* name; int (*fn)(int, char**); } cmds[] = {
       {"generate", ouro::cmd_generate}, {"chat", ouro::cmd_chat},       {"tokenize", ouro::cmd_tokenize},
       {"detokenize", ouro::cmd_detokenize}, {"logits", ouro::cmd_logits}, {"bench", ouro::cmd_bench},
-      {"trace", ouro::cmd_trace},       {"probe", ouro::cmd_probe},
+      {"trace", ouro::cmd_trace},       {"probe", ouro::cmd_probe}, {"serve", ouro::cmd_serve},
       {"microbench", ouro::cmd_microbench}, {"lab", ouro::cmd_lab},
+      {"loadtest", ouro::cmd_loadtest},
   };
   for (const auto& c : cmds) {
     if (std::strcmp(cmd, c.name) != 0) continue;

@@ -29,6 +29,16 @@ Config parse_env() {
       c.hang = true;
     } else if (item.rfind("memo:", 0) == 0 && item.size() > 5) {
       c.memo_dir = item.substr(5);
+    } else if (item.rfind("slow:", 0) == 0) {
+      const size_t colon = item.find(':', 5);
+      char* endp = nullptr;
+      const double pct = colon == std::string::npos ? -1 : std::strtod(item.c_str() + colon + 1, &endp);
+      if (colon == std::string::npos || colon == 5 || !endp || *endp || !(pct > 0 && pct <= 1000)) {
+        std::fprintf(stderr, "ouro: ignoring OURO_FAULT item '%s' (expected slow:OP:PERCENT)\n", item.c_str());
+        continue;
+      }
+      c.slow_op = item.substr(5, colon - 5);
+      c.slow_pct = pct;
     } else if (item.rfind("delay:", 0) == 0) {
       const size_t colon = item.find(':', 6);
       char* endp = nullptr;
@@ -56,11 +66,25 @@ bool g_active = g_config.active;
 
 const Config& config() { return g_config; }
 
-void op_hook_slow(const char* op) {
-  if (g_config.delay_op.empty() || std::strcmp(op, g_config.delay_op.c_str()) != 0) return;
-  // Spin rather than sleep: a sleep's wake-up latency is coarse and would also free the core.
-  const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds((long long)(g_config.delay_us * 1e3));
+namespace {
+// Spin rather than sleep: a sleep's wake-up latency is coarse and would also free the core.
+void spin_until(std::chrono::steady_clock::time_point until) {
   while (std::chrono::steady_clock::now() < until) {
+  }
+}
+}  // namespace
+
+void op_hook_slow(const char* op) {
+  using Clock = std::chrono::steady_clock;
+  if (!g_config.delay_op.empty() && std::strcmp(op, g_config.delay_op.c_str()) == 0)
+    spin_until(Clock::now() + std::chrono::nanoseconds((long long)(g_config.delay_us * 1e3)));
+  if (!g_config.slow_op.empty() && std::strcmp(op, g_config.slow_op.c_str()) == 0) {
+    // The forward pass runs on one thread at a time; the first call only starts the clock.
+    static Clock::time_point last{};
+    const Clock::time_point now = Clock::now();
+    if (last != Clock::time_point{})
+      spin_until(now + std::chrono::duration_cast<Clock::duration>((now - last) * (g_config.slow_pct / 100.0)));
+    last = Clock::now();
   }
 }
 

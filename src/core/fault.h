@@ -3,6 +3,8 @@
 // when it is unset every hook is one predictable branch on a global flag.
 //
 //   OURO_FAULT=delay:OP:US    spin US microseconds inside each call of op OP (e.g. delay:swiglu:20)
+//   OURO_FAULT=slow:OP:PCT    spin inside each call of op OP for PCT% of the time since its previous
+//                             call, so the whole run is PCT% slower whatever the machine's speed
 //   OURO_FAULT=crash          abort() at the first forward pass or kernel run
 //   OURO_FAULT=hang           sleep forever at the first forward pass or kernel run
 //   OURO_FAULT=memo:DIR       outputs for inputs found in DIR are replayed from DIR; any other input
@@ -19,6 +21,8 @@ struct Config {
   bool active = false;
   std::string delay_op;  // empty: no delay
   double delay_us = 0;
+  std::string slow_op;   // empty: no proportional delay
+  double slow_pct = 0;
   bool crash = false;
   bool hang = false;
   std::string memo_dir;  // empty: no memo

@@ -17,6 +17,9 @@ class LazyBuffer {
   bool ok() const { return p_ != nullptr; }
   float* f32() const { return static_cast<float*>(p_); }
   size_t size() const { return n_; }
+  // Touches every page now, so the memory is resident from the start (a server's KV pool: its RSS
+  // then stays flat instead of creeping up as blocks are used for the first time).
+  void commit();
 
  private:
   void* p_ = nullptr;

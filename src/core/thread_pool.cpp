@@ -49,23 +49,23 @@ void ThreadPool::split(int64_t n, int t, int nt, int64_t align, int64_t* begin, 
 
 namespace {
 
-// Total cost of the first i items of split_causal: whole tokens f = i / per_token at
-// pos0 + 1 .. pos0 + f keys each, then i % per_token items of token f.
-int64_t causal_cost(int64_t i, int per_token, int64_t pos0) {
+// Total cost of the first i items of split_weighted: whole tokens f = i / per_token, then
+// i % per_token items of token f, which cost cum[f + 1] - cum[f] each.
+int64_t weighted_cost(const int64_t* cum, int64_t i, int per_token) {
   const int64_t f = i / per_token, rem = i % per_token;
-  return per_token * (f * pos0 + f * (f + 1) / 2) + rem * (pos0 + f + 1);
+  return per_token * cum[f] + (rem ? rem * (cum[f + 1] - cum[f]) : 0);
 }
 
 // The first item index whose preceding cost reaches total * t / nt.
-int64_t causal_boundary(int64_t T, int per_token, int64_t pos0, int t, int nt) {
+int64_t weighted_boundary(const int64_t* cum, int64_t T, int per_token, int t, int nt) {
   const int64_t n = T * per_token;
   if (t <= 0) return 0;
   if (t >= nt) return n;
-  const int64_t total = causal_cost(n, per_token, pos0);
+  const int64_t total = weighted_cost(cum, n, per_token);
   int64_t lo = 0, hi = n;  // smallest i with cost(i) * nt >= total * t
   while (lo < hi) {
     const int64_t mid = lo + (hi - lo) / 2;
-    if (causal_cost(mid, per_token, pos0) * nt >= total * t) hi = mid;
+    if (weighted_cost(cum, mid, per_token) * nt >= total * t) hi = mid;
     else lo = mid + 1;
   }
   return lo;
@@ -73,9 +73,10 @@ int64_t causal_boundary(int64_t T, int per_token, int64_t pos0, int t, int nt) {
 
 }  // namespace
 
-void ThreadPool::split_causal(int64_t T, int per_token, int64_t pos0, int t, int nt, int64_t* begin, int64_t* end) {
-  *begin = causal_boundary(T, per_token, pos0, t, nt);
-  *end = causal_boundary(T, per_token, pos0, t + 1, nt);
+void ThreadPool::split_weighted(const int64_t* cum, int64_t T, int per_token, int t, int nt, int64_t* begin,
+                                int64_t* end) {
+  *begin = weighted_boundary(cum, T, per_token, t, nt);
+  *end = weighted_boundary(cum, T, per_token, t + 1, nt);
 }
 
 void ThreadPool::run(const std::function<void(int, int)>& fn, const char* region) {

@@ -23,10 +23,11 @@ class ThreadPool {
 
   // Splits [0, n) into size() contiguous chunks, aligned to `align`; chunk of thread t.
   static void split(int64_t n, int t, int nt, int64_t align, int64_t* begin, int64_t* end);
-  // Splits the T * per_token items of causal attention (item i belongs to token i / per_token,
-  // which costs pos0 + token + 1 keys) into nt contiguous chunks of near-equal total cost (each
-  // within one item's cost of total / nt); chunk of thread t.
-  static void split_causal(int64_t T, int per_token, int64_t pos0, int t, int nt, int64_t* begin, int64_t* end);
+  // Splits the T * per_token items of attention (item i belongs to token i / per_token and costs
+  // cum[token + 1] - cum[token], e.g. the keys it reads; cum holds T + 1 prefix sums starting at 0)
+  // into nt contiguous chunks of near-equal total cost (each within one item's cost of total / nt);
+  // chunk of thread t.
+  static void split_weighted(const int64_t* cum, int64_t T, int per_token, int t, int nt, int64_t* begin, int64_t* end);
 
  private:
   void worker(int idx);

@@ -3,6 +3,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace ouro {
@@ -91,23 +92,40 @@ void softmax_inplace(float* x, int64_t n) {
 
 void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t n_keys, int head_dim,
                 float scale, float* scores, float* out) {
-  for (int64_t p = 0; p < n_keys; ++p) scores[p] = dot_f32(q, k + p * stride, head_dim) * scale;
+  const int block0 = 0;
+  attend_paged(q, k, v, KvPages{&block0, std::max<int64_t>(n_keys, 1), 0, stride}, n_keys, head_dim, scale, scores, out);
+}
+
+void attend_paged(const float* q, const float* k, const float* v, const KvPages& pg, int64_t n_keys, int head_dim,
+                  float scale, float* scores, float* out) {
+  // Visits the keys block by block: fn(first position, rows in this block, row offset of its first row).
+  auto for_blocks = [&](auto&& fn) {
+    for (int64_t p0 = 0, b = 0; p0 < n_keys; p0 += pg.block_size, ++b)
+      fn(p0, std::min(pg.block_size, n_keys - p0), (int64_t)pg.blocks[b] * pg.block_floats);
+  };
+  for_blocks([&](int64_t p0, int64_t n, int64_t off) {
+    for (int64_t r = 0; r < n; ++r) scores[p0 + r] = dot_f32(q, k + off + r * pg.stride, head_dim) * scale;
+  });
   softmax_inplace(scores, n_keys);
   for (int i = 0; i < head_dim; ++i) out[i] = 0;
   if (head_dim % 8 == 0 && head_dim <= 256) {
     __m256 acc[32];
     const int nv = head_dim / 8;
     for (int c = 0; c < nv; ++c) acc[c] = _mm256_setzero_ps();
-    for (int64_t p = 0; p < n_keys; ++p) {
-      const __m256 w = _mm256_set1_ps(scores[p]);
-      const float* vp = v + p * stride;
-      for (int c = 0; c < nv; ++c) acc[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + 8 * c), acc[c]);
-    }
+    for_blocks([&](int64_t p0, int64_t n, int64_t off) {
+      for (int64_t r = 0; r < n; ++r) {
+        const __m256 w = _mm256_set1_ps(scores[p0 + r]);
+        const float* vp = v + off + r * pg.stride;
+        for (int c = 0; c < nv; ++c) acc[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + 8 * c), acc[c]);
+      }
+    });
     for (int c = 0; c < nv; ++c) _mm256_storeu_ps(out + 8 * c, acc[c]);
     return;
   }
-  for (int64_t p = 0; p < n_keys; ++p)
-    for (int i = 0; i < head_dim; ++i) out[i] += scores[p] * v[p * stride + i];
+  for_blocks([&](int64_t p0, int64_t n, int64_t off) {
+    for (int64_t r = 0; r < n; ++r)
+      for (int i = 0; i < head_dim; ++i) out[i] += scores[p0 + r] * v[off + r * pg.stride + i];
+  });
 }
 
 }  // namespace ouro

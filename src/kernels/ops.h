@@ -24,6 +24,16 @@ void softmax_inplace(float* x, int64_t n);
 void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t n_keys, int head_dim,
                 float scale, float* scores, float* out);
 
+// The same through a block table (paged KV cache): position p's key is row p % block_size of block
+// blocks[p / block_size], which starts block_floats floats after k (likewise v). With one block
+// the arithmetic, and so the result, is exactly attend_one's.
+struct KvPages {
+  const int* blocks;
+  int64_t block_size, block_floats, stride;
+};
+void attend_paged(const float* q, const float* k, const float* v, const KvPages& pages, int64_t n_keys, int head_dim,
+                  float scale, float* scores, float* out);
+
 float dot_f32(const float* a, const float* b, int64_t n);
 
 // Bytes and FLOPs of attend_one over n_keys keys (scores, softmax, weighted sum).

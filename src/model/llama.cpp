@@ -171,14 +171,16 @@ void LlamaModel::embed(int token, float* out) const {
   for (int64_t k = 0; k < n; ++k) out[k] = e.value(token, k);
 }
 
-LlamaState::LlamaState(const LlamaModel& m, int n_ctx, int max_batch)
-    : m_(m), n_ctx_(n_ctx), max_batch_(std::max(1, max_batch)) {
-  const LlamaConfig& c = m.config();
-  const size_t kv = (size_t)c.n_layer * n_ctx * c.n_head_kv * c.head_dim * sizeof(float);
-  k_cache_ = LazyBuffer(kv);
-  v_cache_ = LazyBuffer(kv);
-  if (!k_cache_.ok() || !v_cache_.ok()) throw std::bad_alloc();
-  const size_t B = max_batch_;
+KvStore::KvStore(const LlamaConfig& c, int n_blocks, int block_size)
+    : n_layer_(c.n_layer), n_blocks_(n_blocks), block_size_(block_size), kv_dim_(c.n_head_kv * c.head_dim) {
+  const size_t bytes = (size_t)n_layer_ * n_blocks_ * block_floats() * sizeof(float);
+  k_ = LazyBuffer(bytes);
+  v_ = LazyBuffer(bytes);
+  if (!k_.ok() || !v_.ok()) throw std::bad_alloc();
+}
+
+Workspace::Workspace(const LlamaConfig& c, int max_tokens) : max_tokens_(std::max(1, max_tokens)) {
+  const size_t B = max_tokens_;
   x_.resize(B * c.n_embd);
   xn_.resize(B * c.n_embd);
   q_.resize(B * c.n_head * c.head_dim);
@@ -189,7 +191,15 @@ LlamaState::LlamaState(const LlamaModel& m, int n_ctx, int max_batch)
   g_.resize(B * c.n_ff);
   u_.resize(B * c.n_ff);
   h_.resize(B * c.n_ff);
+  tok_.resize(B);
+  pos_.resize(B);
+  seq_.resize(B);
+  out_rows_.resize(B);
+  cum_keys_.resize(B + 1);
 }
+
+LlamaState::LlamaState(const LlamaModel& m, int n_ctx, int max_batch)
+    : m_(m), n_ctx_(n_ctx), max_batch_(std::max(1, max_batch)), kv_(m.config(), 1, n_ctx), ws_(m.config(), max_batch_) {}
 
 size_t LlamaState::kv_bytes_per_token() const {
   const LlamaConfig& c = m_.config();
@@ -207,11 +217,20 @@ Status LlamaState::forward(const int* tokens, int n, float* logits, bool all_log
   for (int i = 0; i < n; ++i)
     if (tokens[i] < 0 || tokens[i] >= nv)
       return usage_error("token id " + std::to_string(tokens[i]) + " is out of range [0, " + std::to_string(nv) + ")");
+  const int block0 = 0;
   for (int done = 0; done < n; done += max_batch_) {
     const int T = std::min(max_batch_, n - done);
     const bool last = done + T == n;
-    float* out = all_logits ? logits + (size_t)done * nv : (last ? logits : nullptr);
-    forward_chunk(tokens + done, T, out, all_logits, pool, k);
+    SeqBatch b;
+    b.tokens = tokens + done;
+    b.n = T;
+    b.n_past = n_past_;
+    b.blocks = &block0;
+    b.all_logits = all_logits;
+    b.want_logits = all_logits || (last && logits);
+    if (Status s = llama_forward(m_, kv_, ws_, &b, 1, all_logits ? logits + (size_t)done * nv : logits, pool, k); !s)
+      return s;
+    n_past_ += T;
   }
   return Ok{};
 }
@@ -230,21 +249,50 @@ static void for_tokens(ThreadPool& pool, int T, const char* region, Fn&& fn) {
   }, region);
 }
 
-void LlamaState::forward_chunk(const int* tokens, int T, float* logits, bool all_logits, ThreadPool& pool,
-                               const MatmulKernels& k) {
-  const LlamaConfig& c = m_.config();
-  const LlamaWeights& w = m_.weights();
+Status llama_forward(const LlamaModel& m, KvStore& kv, Workspace& ws, const SeqBatch* seqs, int n_seqs, float* logits,
+                     ThreadPool& pool, const MatmulKernels& k) {
+  const LlamaConfig& c = m.config();
+  const LlamaWeights& w = m.weights();
   const int d = c.n_embd, hd = c.head_dim, nh = c.n_head, nkv = c.n_head_kv;
   const int q_dim = nh * hd, kv_dim = nkv * hd, ff = c.n_ff;
-  const int pos0 = n_past_;
   const float attn_scale = 1.0f / std::sqrt((float)hd);
-  if ((int)scores_.size() < pool.size() * n_ctx_) scores_.resize((size_t)pool.size() * n_ctx_);
+  const int64_t bs = kv.block_size(), bf = kv.block_floats();
+
+  // Flatten the batch: token t of the batch is sequence seq_[t]'s token at position pos_[t].
+  int T = 0, n_out = 0, max_keys = 0;
+  for (int s = 0; s < n_seqs; ++s) T += std::max(0, seqs[s].n);
+  if (T <= 0) return usage_error("no tokens to process");
+  if (T > ws.max_tokens_)
+    return usage_error("batch of " + std::to_string(T) + " tokens exceeds the workspace of " +
+                       std::to_string(ws.max_tokens_));
+  ws.cum_keys_[0] = 0;
+  for (int s = 0, t = 0; s < n_seqs; ++s) {
+    const SeqBatch& b = seqs[s];
+    for (int i = 0; i < b.n; ++i, ++t) {
+      ws.tok_[t] = b.tokens[i];
+      ws.pos_[t] = b.n_past + i;
+      ws.seq_[t] = s;
+      ws.cum_keys_[t + 1] = ws.cum_keys_[t] + b.n_past + i + 1;
+      if (b.all_logits || (b.want_logits && i == b.n - 1)) ws.out_rows_[n_out++] = t;
+    }
+    max_keys = std::max(max_keys, b.n_past + b.n);
+  }
+  if ((int64_t)ws.scores_.size() < (int64_t)pool.size() * max_keys) ws.scores_.resize((size_t)pool.size() * max_keys);
+  const int* pos = ws.pos_.data();
+  // The K/V row of batch token t in layer base `base` (K or V of one layer).
+  auto kv_row = [&](float* base, int t) {
+    const SeqBatch& b = seqs[ws.seq_[t]];
+    return base + (int64_t)b.blocks[pos[t] / bs] * bf + (pos[t] % bs) * kv_dim;
+  };
+  std::vector<float>& x_ = ws.x_;
+  std::vector<float>& xn_ = ws.xn_;
+  QuantActs& qa_ = ws.qa_;
 
   // x: [T, d] residual stream
   {
     trace::Span sp("embed", "op", -1, T, 8.0 * T * d);
     fault::at_op("embed");
-    for (int t = 0; t < T; ++t) m_.embed(tokens[t], &x_[(size_t)t * d]);
+    for (int t = 0; t < T; ++t) m.embed(ws.tok_[t], &x_[(size_t)t * d]);
   }
   const double act_bytes = 4.0 * T * d;  // one [T, d] float activation
 
@@ -273,63 +321,66 @@ void LlamaState::forward_chunk(const int* tokens, int T, float* logits, bool all
     sp.precision(precision_of(*jobs[0].W));
     matmul_parallel(k, pool, qa_, jobs, n, name);
   };
+  float *q_ = ws.q_.data(), *k_ = ws.k_.data(), *v_ = ws.v_.data(), *att_ = ws.att_.data(), *tmp_ = ws.tmp_.data();
 
   for (int l = 0; l < c.n_layer; ++l) {
     const LayerWeights& L = w.layers[l];
-    float* kc = k_cache_.f32() + (size_t)l * n_ctx_ * kv_dim;
-    float* vc = v_cache_.f32() + (size_t)l * n_ctx_ * kv_dim;
+    float* kc = kv.k(l);
+    float* vc = kv.v(l);
 
     // attention block: xn = norm(x); q,k,v = xn Wq, xn Wk, xn Wv    q: [T, nh*hd], k,v: [T, nkv*hd]
     norm_and_quantize("attn_norm", l, L.attn_norm, x_.data(), d);
-    const MatmulJob qkv[] = {{&L.wq, q_.data(), q_dim}, {&L.wk, k_.data(), kv_dim}, {&L.wv, v_.data(), kv_dim}};
+    const MatmulJob qkv[] = {{&L.wq, q_, q_dim}, {&L.wk, k_, kv_dim}, {&L.wv, v_, kv_dim}};
     matmul_op("qkv", l, qkv, 3);
     {
     trace::Span sp("rope_kv", "op", l, T, 4.0 * T * (q_dim + 3.0 * kv_dim), 6.0 * T * (q_dim + kv_dim));
     fault::at_op("rope_kv");
     for_tokens(pool, T, "rope_kv", [&](int t0, int t1) {
       for (int t = t0; t < t1; ++t) {
-        rope_inplace(&q_[(size_t)t * q_dim], nh, hd, pos0 + t, w.rope_inv_freq.data());
-        rope_inplace(&k_[(size_t)t * kv_dim], nkv, hd, pos0 + t, w.rope_inv_freq.data());
-        std::memcpy(kc + (size_t)(pos0 + t) * kv_dim, &k_[(size_t)t * kv_dim], kv_dim * sizeof(float));
-        std::memcpy(vc + (size_t)(pos0 + t) * kv_dim, &v_[(size_t)t * kv_dim], kv_dim * sizeof(float));
+        rope_inplace(&q_[(size_t)t * q_dim], nh, hd, pos[t], w.rope_inv_freq.data());
+        rope_inplace(&k_[(size_t)t * kv_dim], nkv, hd, pos[t], w.rope_inv_freq.data());
+        std::memcpy(kv_row(kc, t), &k_[(size_t)t * kv_dim], kv_dim * sizeof(float));
+        std::memcpy(kv_row(vc, t), &v_[(size_t)t * kv_dim], kv_dim * sizeof(float));
       }
     });
     }
-    // att[t, h] = softmax(q[t,h] . K[0..pos0+t] / sqrt(hd)) . V, query head h reads kv head h / (nh/nkv)
+    // att[t, h] = softmax(q[t,h] . K[0..pos[t]] / sqrt(hd)) . V, query head h reads kv head h / (nh/nkv)
     {
     // Bytes: every query reads its kv head's keys and values (K/V of one kv head are shared by
     // nh/nkv query heads and count once); FLOPs: every query head's dot products and sums.
-    const double keys = (double)T * pos0 + 0.5 * T * (T + 1.0);  // sum over t of (pos0 + t + 1)
+    const double keys = (double)ws.cum_keys_[T];
     trace::Span sp("attention", "op", l, T, keys * nkv * attend_one_bytes(1, hd) + 2 * 4.0 * T * q_dim,
                    keys * nh * attend_one_flops(1, hd));
     fault::at_op("attention");
     pool.run([&](int th, int nt) {
-      // Token t reads pos0 + t + 1 keys: split by keys, not by pairs (in a 512-token prefill an
-      // even split of pairs gives the second thread 3x the first's work).
+      // Token t reads pos[t] + 1 keys: split by keys, not by items (in a 512-token prefill an even
+      // split of items gives the second thread 3x the first's work).
       int64_t b, e;
-      ThreadPool::split_causal(T, nh, pos0, th, nt, &b, &e);
-      float* scores = &scores_[(size_t)th * n_ctx_];
+      ThreadPool::split_weighted(ws.cum_keys_.data(), T, nh, th, nt, &b, &e);
+      float* scores = &ws.scores_[(size_t)th * max_keys];
       for (int64_t i = b; i < e; ++i) {
         const int t = (int)(i / nh), h = (int)(i % nh), kvh = h / (nh / nkv);
-        attend_one(&q_[(size_t)t * q_dim + h * hd], kc + kvh * hd, vc + kvh * hd, kv_dim, pos0 + t + 1, hd,
-                   attn_scale, scores, &att_[(size_t)t * q_dim + h * hd]);
+        const KvPages pages{seqs[ws.seq_[t]].blocks, bs, bf, kv_dim};
+        attend_paged(&q_[(size_t)t * q_dim + h * hd], kc + kvh * hd, vc + kvh * hd, pages, pos[t] + 1, hd,
+                     attn_scale, scores, &att_[(size_t)t * q_dim + h * hd]);
       }
     }, "attention");
     }
     {
-      const MatmulJob o[] = {{&L.wo, tmp_.data(), d}};
+      const MatmulJob o[] = {{&L.wo, tmp_, d}};
       OpCost cost = matmul_cost(L.wo, T);
       trace::Span sp("attn_out", "op", l, T, cost.bytes + 2 * act_bytes, cost.flops + (double)T * d);
       fault::at_op("attn_out");
       sp.precision(precision_of(L.wo));
-      quantize_only("attn_out", att_.data(), q_dim);
+      quantize_only("attn_out", att_, q_dim);
       matmul_parallel(k, pool, qa_, o, 1, "attn_out");
       for (size_t i = 0; i < (size_t)T * d; ++i) x_[i] += tmp_[i];
     }
 
     // MLP block: x += down(silu(gate(xn)) * up(xn))    g,u,h: [T, ff]
     norm_and_quantize("ffn_norm", l, L.ffn_norm, x_.data(), d);
-    const MatmulJob gu[] = {{&L.w_gate, g_.data(), ff}, {&L.w_up, u_.data(), ff}};
+    float *g_ = ws.g_.data(), *u_ = ws.u_.data(), *h_ = ws.h_.data();
+    const MatmulJob gu[] = {{&L.w_gate, g_, ff}, {&L.w_up, u_, ff}};
     matmul_op("gate_up", l, gu, 2);
     {
       trace::Span sp("swiglu", "op", l, T, 12.0 * T * ff, 6.0 * T * ff);
@@ -339,36 +390,34 @@ void LlamaState::forward_chunk(const int* tokens, int T, float* logits, bool all
       });
     }
     {
-      const MatmulJob down[] = {{&L.w_down, tmp_.data(), d}};
+      const MatmulJob down[] = {{&L.w_down, tmp_, d}};
       OpCost cost = matmul_cost(L.w_down, T);
       trace::Span sp("down", "op", l, T, cost.bytes + 4.0 * T * ff + 2 * act_bytes, cost.flops + (double)T * d);
       fault::at_op("down");
       sp.precision(precision_of(L.w_down));
-      quantize_only("down", h_.data(), ff);
+      quantize_only("down", h_, ff);
       matmul_parallel(k, pool, qa_, down, 1, "down");
       for (size_t i = 0; i < (size_t)T * d; ++i) x_[i] += tmp_[i];
     }
   }
-  n_past_ += T;
-  if (!logits) return;
+  if (n_out == 0) return Ok{};
 
-  // logits = norm(x) W_out^T, for every token or only the last one
-  const int first = all_logits ? 0 : T - 1;
-  const int n_out = T - first;
+  // logits = norm(x) W_out^T for the rows asked for
   {
     trace::Span sp("output_norm", "op", -1, n_out, 8.0 * n_out * d, 6.0 * n_out * d);
     fault::at_op("output_norm");
     qa_.resize(n_out, d);
     qa_.x = xn_.data();
-    for (int t = 0; t < n_out; ++t) rmsnorm(&x_[(size_t)(first + t) * d], w.output_norm, &xn_[(size_t)t * d], d, c.rms_eps);
+    for (int r = 0; r < n_out; ++r) rmsnorm(&x_[(size_t)ws.out_rows_[r] * d], w.output_norm, &xn_[(size_t)r * d], d, c.rms_eps);
     quantize_acts(xn_.data(), 0, n_out, qa_);
   }
-  const OpCost cost = matmul_cost(m_.output_matrix(), n_out);
+  const OpCost cost = matmul_cost(m.output_matrix(), n_out);
   trace::Span sp("lm_head", "op", -1, n_out, cost.bytes, cost.flops);
   fault::at_op("lm_head");
-  sp.precision(precision_of(m_.output_matrix()));
-  const MatmulJob head[] = {{&m_.output_matrix(), logits, c.n_vocab}};
+  sp.precision(precision_of(m.output_matrix()));
+  const MatmulJob head[] = {{&m.output_matrix(), logits, c.n_vocab}};
   matmul_parallel(k, pool, qa_, head, 1, "lm_head");
+  return Ok{};
 }
 
 }  // namespace ouro

@@ -55,7 +55,72 @@ class LlamaModel {
   LlamaWeights w_;
 };
 
-// Per-sequence state: the KV cache and scratch for up to max_batch tokens per forward call.
+// Paged KV storage: per layer, n_blocks blocks of block_size positions, each position a K row and a
+// V row of n_head_kv * head_dim floats. A sequence's block table maps its position p to row
+// p % block_size of block table[p / block_size]. One block of n_ctx positions is a plain cache.
+class KvStore {
+ public:
+  KvStore(const LlamaConfig& c, int n_blocks, int block_size);  // throws std::bad_alloc
+  int n_blocks() const { return n_blocks_; }
+  int block_size() const { return block_size_; }
+  int64_t block_floats() const { return (int64_t)block_size_ * kv_dim_; }
+  float* k(int layer) const { return k_.f32() + (size_t)layer * n_blocks_ * block_floats(); }
+  float* v(int layer) const { return v_.f32() + (size_t)layer * n_blocks_ * block_floats(); }
+  // Bytes of one block (K and V of every layer).
+  size_t block_bytes() const { return bytes_per_block(n_layer_, kv_dim_, block_size_); }
+  // Makes the whole pool resident now (see LazyBuffer::commit).
+  void commit() {
+    k_.commit();
+    v_.commit();
+  }
+  static size_t bytes_per_block(const LlamaConfig& c, int block_size) {
+    return bytes_per_block(c.n_layer, c.n_head_kv * c.head_dim, block_size);
+  }
+  static size_t bytes_per_block(int n_layer, int kv_dim, int block_size) {
+    return (size_t)2 * n_layer * kv_dim * block_size * sizeof(float);
+  }
+
+ private:
+  int n_layer_, n_blocks_, block_size_, kv_dim_;
+  LazyBuffer k_, v_;
+};
+
+// One sequence's part of a batched forward pass: n new tokens at positions n_past.., whose K/V go
+// to the blocks of its table (which must cover n_past + n positions).
+struct SeqBatch {
+  const int* tokens = nullptr;
+  int n = 0;
+  int n_past = 0;
+  const int* blocks = nullptr;
+  bool want_logits = false;  // logits of the last new token ...
+  bool all_logits = false;   // ... or of every new token
+};
+
+// Scratch of a forward pass over up to max_tokens tokens (of any number of sequences).
+class Workspace {
+ public:
+  Workspace(const LlamaConfig& c, int max_tokens);
+  int max_tokens() const { return max_tokens_; }
+
+ private:
+  friend Status llama_forward(const LlamaModel&, KvStore&, Workspace&, const SeqBatch*, int, float*, ThreadPool&,
+                              const MatmulKernels&);
+  int max_tokens_;
+  std::vector<float> x_, xn_, q_, k_, v_, att_, tmp_, g_, u_, h_, scores_;
+  std::vector<int> tok_, pos_, seq_, out_rows_;
+  std::vector<int64_t> cum_keys_;
+  QuantActs qa_;
+};
+
+// Runs the new tokens of n_seqs sequences as one batch: every matrix is read once for all of them,
+// attention reads each sequence's own cache through its block table. Logit rows go to `logits` in
+// sequence order ([rows][n_vocab]). The sum of n must fit the workspace; positions must fit the
+// block tables (the caller's contract; checked by LlamaState and the scheduler).
+Status llama_forward(const LlamaModel& m, KvStore& kv, Workspace& ws, const SeqBatch* seqs, int n_seqs, float* logits,
+                     ThreadPool& pool, const MatmulKernels& k);
+
+// Per-sequence state: a contiguous KV cache (one block of n_ctx positions) and scratch for up to
+// max_batch tokens per forward call.
 class LlamaState {
  public:
   LlamaState(const LlamaModel& m, int n_ctx, int max_batch = 512);
@@ -73,13 +138,11 @@ class LlamaState {
   size_t kv_bytes_per_token() const;
 
  private:
-  void forward_chunk(const int* tokens, int T, float* logits, bool all_logits, ThreadPool& pool, const MatmulKernels& k);
   const LlamaModel& m_;
   int n_ctx_, max_batch_;
   int n_past_ = 0;
-  LazyBuffer k_cache_, v_cache_;  // [n_layer][n_ctx][n_kv * hd]
-  std::vector<float> x_, xn_, q_, k_, v_, att_, tmp_, g_, u_, h_, scores_;
-  QuantActs qa_;
+  KvStore kv_;
+  Workspace ws_;
 };
 
 }  // namespace ouro

@@ -43,6 +43,16 @@ Expected<std::unique_ptr<Engine>> Engine::load(const LaunchConfig& cfg) {
   return e;
 }
 
+std::vector<int> stop_ids_for(const Engine& e, bool chat) {
+  std::vector<int> stop;
+  if (e.tokenizer().eos() >= 0) stop.push_back(e.tokenizer().eos());
+  if (chat && e.chat()) {
+    const int im_end = e.tokenizer().find_special(e.chat()->stop_text());
+    if (im_end >= 0 && im_end != e.tokenizer().eos()) stop.push_back(im_end);
+  }
+  return stop;
+}
+
 Expected<GenerateResult> generate(Engine& e, LlamaState& st, const std::vector<int>& prompt, int max_tokens,
                                   const SamplingParams& sp, const std::vector<int>& stop_ids,
                                   const std::function<void(const std::string&)>& on_text) {

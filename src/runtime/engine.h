@@ -46,6 +46,9 @@ class Engine {
   const MatmulKernels* kernels_ = nullptr;
 };
 
+// The tokens that end a reply: end-of-sequence, and in chat the template's end-of-turn token.
+std::vector<int> stop_ids_for(const Engine& e, bool chat);
+
 struct GenerateResult {
   std::vector<int> tokens;       // generated ids
   std::string text;

@@ -65,25 +65,17 @@ seeds = [1, 2]
 """
 
 
-def bench_prefill_tok_s(ouro_bin, model_path, prompt_len):
-    p = subprocess.run([str(ouro_bin), "bench", "--json", "-m", str(model_path), "--prompt-len", str(prompt_len),
-                        "--gen-len", "0", "--repeats", "5", "-t", "2"], capture_output=True, text=True, check=True,
-                       timeout=300)
-    return json.loads(p.stdout)["prefill_tok_s"]["median"]
-
-
 def test_slower_candidate_is_rejected_and_attributed(ouro_bin, model_path, tmp_path):
-    """A candidate made ~25% slower by a delay in one op (swiglu) fails a 5% criterion, and the trace
-    diff names swiglu. Measured on prefill, which is compute-bound here (samples within a few %),
-    where decode's memory bandwidth swings too much for a 5% bound to be decided in a test's time.
-    The delay is calibrated from a bench run before the spec; on a loaded CI machine a delay meant
-    for 10% once came out as 6.3% with an interval straddling 0.95, so the margin is wide."""
-    prompt_len, layers = 128, 30  # SmolLM2-135M
-    tok_s = bench_prefill_tok_s(ouro_bin, model_path, prompt_len)
-    delay_us = 0.25 * 1e6 * prompt_len / tok_s / layers  # swiglu runs once per layer per forward
+    """A candidate made 10% slower in one op (swiglu) fails a 5% criterion, and the trace diff names
+    swiglu. The fault spins in swiglu for 10% of the time since its previous call (OURO_FAULT=slow),
+    so the run is 10% slower however fast the machine is at that moment: a fixed delay calibrated
+    beforehand once came out as 6.3% on a loaded CI machine. Measured on prefill, which is
+    compute-bound here (samples within a few %), where decode's memory bandwidth swings too much
+    for a 5% bound to be decided in a test's time."""
+    prompt_len = 128
     rec = run_spec(ouro_bin, tmp_path, f"""
         question = "Is a candidate with a delay in swiglu caught?"
-        hypothesis = "It is about 25% slower in prefill, all of it in swiglu."
+        hypothesis = "It is about 10% slower in prefill, all of it in swiglu."
         level = "engine"
         repeats = 8
         max_repeats = 40
@@ -93,7 +85,7 @@ def test_slower_candidate_is_rejected_and_attributed(ouro_bin, model_path, tmp_p
         revision = "worktree"
         [candidate]
         revision = "worktree"
-        env = {{ OURO_FAULT = "delay:swiglu:{delay_us:.1f}" }}
+        env = {{ OURO_FAULT = "slow:swiglu:10" }}
         [workload]
         model = "{model_path}"
         prompt_len = {prompt_len}
@@ -103,12 +95,12 @@ def test_slower_candidate_is_rejected_and_attributed(ouro_bin, model_path, tmp_p
         greedy_tokens = 4
         """)
     st = rec["stats"]["prefill_tok_s"]
-    assert rec["verdict"] == "reject", (f"ratio {st['ratio']:.3f} CI {st['ci']} pairs {rec['pairs']} delay {delay_us:.0f} us "
+    assert rec["verdict"] == "reject", (f"ratio {st['ratio']:.3f} CI {st['ci']} pairs {rec['pairs']} "
                                         f"others {rec['samples']['others_cores']}", rec["reasons"])
     assert rec["_rc"] == 3
     crit = [c for c in rec["criteria"] if c["expr"].startswith("candidate.prefill_tok_s")][0]
     assert crit["verdict"] == "fail"
-    assert 0.5 < rec["stats"]["prefill_tok_s"]["ratio"] < 0.95
+    assert 0.8 < rec["stats"]["prefill_tok_s"]["ratio"] < 0.95
     assert rec["attribution"][0]["name"] == "swiglu", rec["attribution"]
     assert rec["attribution"][0]["delta_ms"] > 0
     assert any("swiglu" in r for r in rec["reasons"])

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -31,21 +32,28 @@ TEST(ThreadPool, RunsEveryThreadEachTime) {
   EXPECT_EQ(sum.load(), 1000 * 6);
 }
 
-// split_causal covers every (token, head) item once, in order, and balances the keys read.
-TEST(ThreadPool, SplitCausalCoversOnceAndBalancesKeys) {
+// split_weighted covers every (token, head) item once, in order, and balances the keys read, for a
+// causal prefill (token t reads pos0 + t + 1 keys) and for a mixed batch (costs in any order).
+TEST(ThreadPool, SplitWeightedCoversOnceAndBalancesKeys) {
   for (int64_t T : {1, 2, 7, 64, 512})
     for (int per : {1, 3, 9})
       for (int64_t pos0 : {0, 5, 1000})
         for (int nt : {1, 2, 3, 8}) {
           const int64_t n = T * per;
-          int64_t prev_end = 0, total = 0, max_item = pos0 + T;
+          std::vector<int64_t> cum(T + 1, 0), keys(T);
+          for (int64_t u = 0; u < T; ++u) {
+            // pos0 == 5 stands for a batch of sequences: costs jump around instead of growing.
+            keys[u] = pos0 == 5 ? 1 + (u * 7919) % 300 : pos0 + u + 1;
+            cum[u + 1] = cum[u] + keys[u];
+          }
+          int64_t prev_end = 0, total = 0, max_item = *std::max_element(keys.begin(), keys.end());
           std::vector<int64_t> cost(nt, 0);
           for (int t = 0; t < nt; ++t) {
             int64_t b, e;
-            ThreadPool::split_causal(T, per, pos0, t, nt, &b, &e);
+            ThreadPool::split_weighted(cum.data(), T, per, t, nt, &b, &e);
             ASSERT_EQ(b, prev_end) << T << " " << per << " " << pos0 << " " << nt;
             ASSERT_LE(b, e);
-            for (int64_t i = b; i < e; ++i) cost[t] += pos0 + i / per + 1;
+            for (int64_t i = b; i < e; ++i) cost[t] += keys[i / per];
             prev_end = e;
             total += cost[t];
           }

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Served throughput and latency: `ouro serve` against llama-cpp-python's server, same GGUF, same
+threads, same `ouro loadtest`, in one run.
+
+Both servers are started once and stay up; the scenarios run alternately (ouro, peer, peer, ouro,
+... the order flips each round) so that drifts of the shared machine's memory bandwidth hit both.
+Scenarios (each a closed loop of streamed completions at temperature 0 on random-word prompts):
+  c1    concurrency 1, prompt ~32 tokens, 64 generated      (single-stream rate)
+  c16   concurrency 16, prompt ~32 tokens, 64 generated     (batched decode)
+  ttft8 concurrency 8, prompt ~512 tokens, 16 generated     (time to first token under load)
+Prints per-scenario medians over rounds of output tok/s and TTFT p50/p99 for each server, and the
+ratios; --json FILE writes the whole record (every loadtest record included).
+
+The peer needs llama-cpp-python's server extras (fastapi, uvicorn, sse-starlette,
+starlette-context, pydantic-settings); this script installs them into .venv when missing
+(scripts/requirements-bench.txt). They are never needed by the tests.
+
+Usage: .venv/bin/python bench/compare_serve.py [--threads 2] [--rounds 3] [--json out.json]
+"""
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MODEL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+OURO = ROOT / "build" / "ouro"
+SCENARIOS = {
+    "c1": dict(concurrency=1, requests=6, prompt_len=32, gen_len=64),
+    "c16": dict(concurrency=16, requests=32, prompt_len=32, gen_len=64),
+    "ttft8": dict(concurrency=8, requests=16, prompt_len=512, gen_len=16),
+}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url, timeout=180):
+    import urllib.request
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        try:
+            urllib.request.urlopen(url + "/v1/models", timeout=2).read()
+            return
+        except Exception:
+            time.sleep(0.5)
+    raise RuntimeError(f"{url} did not come up in {timeout} s")
+
+
+def ensure_peer_extras():
+    try:
+        import fastapi, uvicorn, sse_starlette, starlette_context, pydantic_settings  # noqa: F401
+    except ImportError:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-r", str(ROOT / "scripts" / "requirements-bench.txt")],
+                       check=True)
+
+
+def start_ouro(threads):
+    p = subprocess.Popen([str(OURO), "serve", "--model", str(MODEL), "--port", "0", "-t", str(threads)],
+                         stderr=subprocess.PIPE, text=True)
+    for line in p.stderr:
+        m = re.search(r"listening on (http://\S+)", line)
+        if m:
+            return p, m.group(1)
+    raise RuntimeError("ouro serve did not start")
+
+
+def start_peer(threads):
+    port = free_port()
+    p = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(MODEL), "--n_threads", str(threads),
+                          "--n_threads_batch", str(threads), "--n_ctx", "4096", "--n_batch", "512", "--host", "127.0.0.1",
+                          "--port", str(port), "--verbose", "False"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url)
+    return p, url
+
+
+def loadtest(url, sc, seed):
+    cmd = [str(OURO), "loadtest", "--url", url, "--json", "--seed", str(seed), "--concurrency", str(sc["concurrency"]),
+           "--requests", str(sc["requests"]), "--prompt-len", str(sc["prompt_len"]), "--gen-len", str(sc["gen_len"])]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    if r.returncode != 0:
+        raise RuntimeError(f"loadtest failed ({r.returncode}): {r.stderr}")
+    return json.loads(r.stdout)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    ensure_peer_extras()
+    servers = {}
+    try:
+        servers["ouro"] = start_ouro(a.threads)
+        servers["llama-cpp-python"] = start_peer(a.threads)
+        names = list(servers)
+        runs = {s: {n: [] for n in names} for s in a.scenarios.split(",")}
+        for r in range(a.rounds):
+            for s in runs:
+                order = names if r % 2 == 0 else names[::-1]
+                for n in order:
+                    rec = loadtest(servers[n][1], SCENARIOS[s], seed=r)
+                    runs[s][n].append(rec)
+                    print(f"round {r} {s:6s} {n:17s} out {rec['output_tok_s']:7.1f} tok/s  ttft p50 "
+                          f"{rec['ttft_s']['p50'] * 1e3:7.0f} ms  p99 {rec['ttft_s']['p99'] * 1e3:7.0f} ms  "
+                          f"completed {rec['completed']}/{rec['requests']}", flush=True)
+    finally:
+        for p, _ in servers.values():
+            p.send_signal(signal.SIGTERM)
+        for p, _ in servers.values():
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    med = lambda xs: statistics.median(xs)
+    summary = {}
+    print(f"\n{'scenario':8s} {'server':17s} {'out tok/s':>10s} {'ttft p50 ms':>12s} {'ttft p99 ms':>12s}")
+    for s, per in runs.items():
+        summary[s] = {}
+        for n, recs in per.items():
+            summary[s][n] = {"output_tok_s": med([x["output_tok_s"] for x in recs]),
+                             "ttft_p50_s": med([x["ttft_s"]["p50"] for x in recs]),
+                             "ttft_p99_s": med([x["ttft_s"]["p99"] for x in recs]),
+                             "errors": sum(sum(x["errors"].values()) for x in recs)}
+            f = summary[s][n]
+            print(f"{s:8s} {n:17s} {f['output_tok_s']:10.1f} {f['ttft_p50_s'] * 1e3:12.0f} {f['ttft_p99_s'] * 1e3:12.0f}")
+    o, p = "ouro", "llama-cpp-python"
+    ratios = {}
+    if "c16" in summary:
+        ratios["c16_vs_peer"] = summary["c16"][o]["output_tok_s"] / summary["c16"][p]["output_tok_s"]
+        if "c1" in summary:
+            ratios["c16_vs_own_c1"] = summary["c16"][o]["output_tok_s"] / summary["c1"][o]["output_tok_s"]
+    if "ttft8" in summary:
+        ratios["ttft8_p99_vs_peer"] = summary["ttft8"][o]["ttft_p99_s"] / summary["ttft8"][p]["ttft_p99_s"]
+    print("\n" + "  ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
+    if a.json:
+        rec = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "threads": a.threads,
+               "rounds": a.rounds, "model": MODEL.name, "scenarios": SCENARIOS, "summary": summary, "ratios": ratios,
+               "runs": runs, "ouro_commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
+                                                           capture_output=True, text=True).stdout.strip()}
+        pathlib.Path(a.json).write_text(json.dumps(rec, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -80,7 +80,9 @@ def start_peer(threads):
     port = free_port()
     p = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(MODEL), "--n_threads", str(threads),
                           "--n_threads_batch", str(threads), "--n_ctx", "4096", "--n_batch", "512", "--host", "127.0.0.1",
-                          "--port", str(port), "--verbose", "False"],
+                          "--port", str(port), "--verbose", "False",
+                          # a new request must not cancel the one being streamed (its default)
+                          "--interrupt_requests", "False"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     wait_http(url)

@@ -1,7 +1,12 @@
 // ouro loadtest: drives an OpenAI-compatible server (`ouro serve`, llama.cpp, vLLM, ...) with
 // streamed requests, closed loop (N workers) or open loop (Poisson arrivals), and reports
 // throughput, latency percentiles (TTFT, TPOT, inter-token, end-to-end) and goodput under SLOs.
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -17,6 +22,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "cli/common.h"
@@ -53,6 +59,11 @@ const char* kUsage =
     "  --seed N           prompts and arrival times (default 0)\n"
     "  --timeout S        per request, connect to last byte (default 600)\n"
     "  --json             one JSON object instead of the table\n"
+    "  --texts            with --json: each request's generated text, in request order (greedy\n"
+    "                     outputs to compare two servers; the lab's serve-level correctness check)\n"
+    "  --serve-bin PATH   start `PATH serve --port 0 ARGS` first and load it (instead of --url); it\n"
+    "                     gets SIGTERM when the run ends and its exit status goes into the record\n"
+    "  --serve-args ARGS  the server's flags, space-separated (e.g. \"-t 2 --max-batch 8\")\n"
     "  TPOT = (e2e - TTFT) / (output tokens - 1); output tokens come from the usage chunk, else\n"
     "  the number of content events. Total tok/s adds the prompt tokens the server reports.\n"
     "  Exit: 0 when the run happened (even with failed requests), 1 when the server cannot be\n"
@@ -76,6 +87,7 @@ struct Sample {
   double e2e = 0;
   std::vector<double> itl;            // gaps between consecutive content events
   long long out_tokens = 0, prompt_tokens = 0;
+  std::string text;                   // the streamed text (kept for --texts)
 };
 
 struct Config {
@@ -207,7 +219,10 @@ Sample run_one(const Config& c, const Work& w) {
         } else if (auto tx = choice.find("text"); tx != choice.end()) {
           text = &*tx;
         }
-        if (text && text->is_string() && !text->get_ref<const std::string&>().empty()) content = true;
+        if (text && text->is_string() && !text->get_ref<const std::string&>().empty()) {
+          content = true;
+          s.text += text->get_ref<const std::string&>();
+        }
       }
     }
     if (!content) return;
@@ -454,6 +469,96 @@ std::string discover_model(const Config& c, const std::string& v1) {
 
 }  // namespace
 
+// A server this run starts (--serve-bin) and stops: its stderr is read for the `listening on`
+// line, then drained (its last 4 KiB kept for the record).
+class SpawnedServer {
+ public:
+  ~SpawnedServer() { stop(); }
+  Status start(const std::string& bin, const std::vector<std::string>& args, double timeout_s) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) return runtime_error(std::string("pipe: ") + std::strerror(errno));
+    std::vector<std::string> argv = {bin, "serve", "--port", "0"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> cargv;
+    for (auto& x : argv) cargv.push_back(x.data());
+    cargv.push_back(nullptr);
+    pid_ = fork();
+    if (pid_ < 0) return runtime_error(std::string("fork: ") + std::strerror(errno));
+    if (pid_ == 0) {
+      dup2(p[1], 2);
+      execv(cargv[0], cargv.data());
+      std::fprintf(stderr, "cannot run %s: %s\n", cargv[0], std::strerror(errno));
+      _exit(127);
+    }
+    close(p[1]);
+    fd_ = p[0];
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+    std::string buf;
+    while (url_.empty()) {
+      const int left = (int)std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      pollfd pf{fd_, POLLIN, 0};
+      if (left <= 0 || poll(&pf, 1, left) <= 0) {
+        stop();
+        return runtime_error(bin + " serve did not report `listening on` within " + std::to_string((int)timeout_s) + " s");
+      }
+      char tmp[4096];
+      const ssize_t n = read(fd_, tmp, sizeof tmp);
+      if (n <= 0) {
+        json st = stop();
+        return runtime_error(bin + " serve exited before listening: " + st.dump() + "; stderr: " + buf.substr(buf.size() > 600 ? buf.size() - 600 : 0));
+      }
+      buf.append(tmp, (size_t)n);
+      const size_t at = buf.find("listening on http://");
+      const size_t eol = at == std::string::npos ? at : buf.find('\n', at);
+      if (eol != std::string::npos) url_ = buf.substr(at + 13, eol - at - 13);
+    }
+    tail_ = buf;
+    drain_ = std::thread([this] {
+      char tmp[4096];
+      ssize_t n;
+      while ((n = read(fd_, tmp, sizeof tmp)) > 0) {
+        std::lock_guard<std::mutex> lk(mu_);
+        tail_.append(tmp, (size_t)n);
+        if (tail_.size() > 8192) tail_.erase(0, tail_.size() - 4096);
+      }
+    });
+    return Ok{};
+  }
+  const std::string& url() const { return url_; }
+  // SIGTERM, up to 60 s to exit (the server drains for up to 10 s), then SIGKILL.
+  json stop() {
+    if (pid_ <= 0) return stopped_;
+    kill(pid_, SIGTERM);
+    int status = 0;
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    while (waitpid(pid_, &status, WNOHANG) == 0) {
+      if (Clock::now() > deadline) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    pid_ = -1;
+    if (drain_.joinable()) drain_.join();
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+    std::lock_guard<std::mutex> lk(mu_);
+    stopped_ = {{"exit_code", WIFEXITED(status) ? json(WEXITSTATUS(status)) : json(nullptr)},
+                {"signal", WIFSIGNALED(status) ? json(WTERMSIG(status)) : json(nullptr)},
+                {"stderr_tail", tail_.substr(tail_.size() > 1000 ? tail_.size() - 1000 : 0)}};
+    return stopped_;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  std::thread drain_;
+  std::mutex mu_;
+  std::string tail_, url_;
+  json stopped_;
+};
+
 int cmd_loadtest(int argc, char** argv) {
   if (wants_help(argc, argv)) {
     std::fputs(kUsage, stdout);
@@ -462,17 +567,31 @@ int cmd_loadtest(int argc, char** argv) {
   Args a;
   if (Status s = a.parse(argc, argv,
                          {"--url", "--concurrency", "--rate", "--requests", "--dataset", "--prompt-len", "--gen-len",
-                          "--model", "--endpoint", "--api-key", "--slo-ttft", "--slo-tpot", "--seed", "--timeout"},
-                         {"--json"});
+                          "--model", "--endpoint", "--api-key", "--slo-ttft", "--slo-tpot", "--seed", "--timeout",
+                          "--serve-bin", "--serve-args"},
+                         {"--json", "--texts"});
       !s)
     return report(s.error());
   if (!a.positional().empty()) return report(usage_error("unexpected argument '" + a.positional()[0] + "'"));
-  if (!a.has("--url")) return report(usage_error("missing --url (e.g. --url http://127.0.0.1:8080)"));
+  if (a.has("--url") == a.has("--serve-bin"))
+    return report(usage_error(a.has("--url") ? "--url and --serve-bin exclude each other"
+                                             : "missing --url (e.g. --url http://127.0.0.1:8080) or --serve-bin PATH"));
+  if (a.has("--serve-args") && !a.has("--serve-bin")) return report(usage_error("--serve-args needs --serve-bin"));
+  if (a.has("--texts") && !a.has("--json")) return report(usage_error("--texts needs --json"));
+  SpawnedServer server;
+  std::string url_text = a.str("--url");
+  if (a.has("--serve-bin")) {
+    std::vector<std::string> sargs;
+    std::istringstream ss(a.str("--serve-args"));
+    for (std::string w; ss >> w;) sargs.push_back(w);
+    if (Status st = server.start(a.str("--serve-bin"), sargs, 600); !st) return report(st.error());
+    url_text = server.url();
+  }
   if (a.has("--concurrency") && a.has("--rate"))
     return report(usage_error("--concurrency and --rate exclude each other (closed loop or open loop)"));
   if (a.has("--dataset") && a.has("--prompt-len"))
     return report(usage_error("--dataset and --prompt-len exclude each other (the dataset has the prompts)"));
-  auto url = http::parse_url(a.str("--url"));
+  auto url = http::parse_url(url_text);
   if (!url) return report(usage_error("flag --url: " + url.error().message));
   auto conc = a.integer("--concurrency", 1, 1, kMaxInFlight);
   auto rate = a.number("--rate", 1, 1e-6, 1e6);
@@ -513,7 +632,7 @@ int cmd_loadtest(int argc, char** argv) {
 
   std::string err;
   if (!http::can_connect(c.url, std::min(c.timeout_s, 10.0), &err))
-    return report(runtime_error("cannot reach the server at " + a.str("--url") + ": " + err));
+    return report(runtime_error("cannot reach the server at " + url_text + ": " + err));
   c.model = a.has("--model") ? a.str("--model") : discover_model(c, v1);
 
   // The run.
@@ -556,7 +675,8 @@ int cmd_loadtest(int argc, char** argv) {
   const Dist d_ttft = dist(ttft), d_tpot = dist(tpot), d_itl = dist(itl), d_e2e = dist(e2e);
   const bool any_slo = has_ttft_slo || has_tpot_slo;
 
-  json j = {{"url", a.str("--url")},
+  const json server_status = a.has("--serve-bin") ? server.stop() : json(nullptr);
+  json j = {{"url", url_text},
             {"endpoint", c.path},
             {"model", c.model.empty() ? json(nullptr) : json(c.model)},
             {"mode", open ? "open" : "closed"},
@@ -579,6 +699,12 @@ int cmd_loadtest(int argc, char** argv) {
             {"goodput_req_s", any_slo ? json(good / dur) : json(nullptr)},
             {"slo", {{"ttft_s", has_ttft_slo ? json(*slo_ttft) : json(nullptr)},
                      {"tpot_s", has_tpot_slo ? json(*slo_tpot) : json(nullptr)}}}};
+  if (a.has("--serve-bin")) j["server"] = server_status;
+  if (a.has("--texts")) {
+    json texts = json::array();
+    for (const Sample& smp : samples) texts.push_back(smp.ok ? json(smp.text) : json(nullptr));
+    j["texts"] = texts;
+  }
   if (a.has("--json")) {
     std::puts(j.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
     return 0;

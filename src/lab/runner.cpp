@@ -137,6 +137,39 @@ Expected<Outputs> engine_outputs(const Ctx& c, const SideExec& s, const std::str
   return o;
 }
 
+// Serve level: the lab's own `ouro loadtest` starts the side's `ouro serve` (with the side's flags
+// and environment, inside the side's limits), loads it and stops it; the JSON record it prints.
+Expected<json> serve_loadtest(const Ctx& c, const SideExec& s, int requests, int gen_len, uint64_t seed, bool texts,
+                              const char* what) {
+  std::string serve_args;
+  for (const auto& x : common_args(c, s)) serve_args += (serve_args.empty() ? "" : " ") + x;
+  std::error_code ec;
+  const std::string self = fs::read_symlink("/proc/self/exe", ec).string();
+  if (ec) return runtime_error("cannot find the lab's own binary: " + ec.message());
+  const Workload& w = c.spec.workload;
+  std::vector<std::string> argv = {self, "loadtest", "--serve-bin", s.bin.path, "--serve-args", serve_args, "--json",
+                                   "--concurrency", std::to_string(w.concurrency), "--requests", std::to_string(requests),
+                                   "--prompt-len", std::to_string(w.prompt_len), "--gen-len", std::to_string(gen_len),
+                                   "--seed", std::to_string(seed), "--timeout", fmt(c.spec.timeout_s, 10)};
+  if (texts) argv.push_back("--texts");
+  ProcResult r = run_process(argv, s.env, c.opt.build.repo_root, c.limits(s));
+  if (!r.ok()) return runtime_error(failure_text(s, what, r));
+  json j = json::parse(r.out, nullptr, false);
+  if (!j.is_object() || !j.contains("completed")) return runtime_error(std::string(s.name) + " " + what + ": loadtest printed no record");
+  const json srv = j.value("server", json());
+  if (srv.is_object() && srv.value("exit_code", json()) != json(0))
+    return runtime_error(std::string(s.name) + "'s server did not exit cleanly after the " + what + ": " + srv.dump());
+  if (j["completed"] != j["requests"])
+    return runtime_error(std::string(s.name) + "'s server failed " +
+                         std::to_string(j["requests"].get<long long>() - j["completed"].get<long long>()) + " of " +
+                         std::to_string(j["requests"].get<long long>()) + " requests in the " + what + ": " +
+                         j.value("error_examples", json::object()).dump());
+  j["_rss_mib"] = r.max_rss_mib;
+  j["_cpu_s"] = r.cpu_s;
+  j["_wall_s"] = r.wall_s;
+  return j;
+}
+
 Expected<NpyF32> kernel_output(const Ctx& c, const SideExec& s, uint64_t seed, const std::string& file) {
   std::vector<std::string> argv = {"microbench", c.spec.workload.kernel};
   argv.insert(argv.end(), c.spec.workload.kernel_args.begin(), c.spec.workload.kernel_args.end());
@@ -235,6 +268,27 @@ Expected<Sample> timed_run(const Ctx& c, const SideExec& s, const std::string& t
   const Spec& sp = c.spec;
   std::vector<std::string> argv;
   Sample out;
+  if (sp.level == Level::kServe) {
+    auto j = serve_loadtest(c, s, sp.workload.requests, sp.workload.gen_len, sp.workload.seeds[0], false, "timed run");
+    if (!j) return j.error();
+    auto num = [](const json& v) -> double { return v.is_number() ? v.get<double>() : NAN; };
+    auto pct = [&](const char* key, const char* p) { return (*j)[key].is_object() ? num((*j)[key].value(p, json())) : NAN; };
+    out.m["output_tok_s"] = num((*j)["output_tok_s"]);
+    out.m["request_throughput"] = num((*j)["request_throughput"]);
+    out.m["ttft_p50_s"] = pct("ttft_s", "p50");
+    out.m["ttft_p99_s"] = pct("ttft_s", "p99");
+    out.m["tpot_p50_s"] = pct("tpot_s", "p50");
+    out.m["itl_p50_s"] = pct("itl_s", "p50");
+    out.m["e2e_p50_s"] = pct("e2e_s", "p50");
+    out.m["e2e_p99_s"] = pct("e2e_s", "p99");
+    out.m["peak_rss_mib"] = num((*j)["_rss_mib"]);
+    out.m["wall_s"] = num((*j)["_wall_s"]);
+    out.cpu_s = num((*j)["_cpu_s"]);
+    for (const auto& m : sp.metrics)
+      if (!out.m.count(m) || std::isnan(out.m[m]))
+        return runtime_error(std::string(s.name) + " did not report metric '" + m + "'");
+    return out;
+  }
   if (kernel_like(sp.level)) {
     argv = {"microbench", sp.workload.kernel};
     argv.insert(argv.end(), sp.workload.kernel_args.begin(), sp.workload.kernel_args.end());
@@ -453,8 +507,6 @@ double quick_bandwidth_gb_s(int threads) {
 // ---- the experiment --------------------------------------------------------------------------
 
 Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
-  if (spec.level == Level::kServe)
-    return usage_error(spec.path + ": level 'serve' needs `ouro serve`, which this build does not have yet");
   auto say = [&](const std::string& s) {
     if (opt.verbose) std::fprintf(stderr, "lab: %s\n", s.c_str());
   };
@@ -568,6 +620,32 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
       }
       corr_spec = spec_ag.kernel_json();
       corr_held = held_ag.kernel_json();
+    } else if (spec.level == Level::kServe) {
+      // Greedy texts of the same seeded prompts through both servers, at the spec's concurrency.
+      const int n_req = std::min(spec.workload.requests, 16);
+      const int gen = std::max(1, spec.workload.greedy_tokens);
+      std::vector<std::pair<uint64_t, bool>> seeds;
+      for (auto sd : spec.workload.seeds) seeds.push_back({sd, false});
+      seeds.push_back({heldout_seed % (1ull << 62), true});
+      double same[2] = {0, 0}, total[2] = {0, 0};
+      for (auto [seed, held] : seeds) {
+        json texts[2];
+        for (int i = 0; i < 2; ++i) {
+          auto j = serve_loadtest(c, sides[i], n_req, gen, seed, true, "correctness run");
+          if (!j) {
+            if (i == 0) return runtime_error(j.error().message);
+            reasons.push_back(j.error().message);
+            return finish("reject");
+          }
+          texts[i] = (*j)["texts"];
+        }
+        for (size_t k = 0; k < texts[0].size(); ++k) {
+          same[held] += k < texts[1].size() && texts[0][k] == texts[1][k];
+          total[held] += 1;
+        }
+      }
+      corr_spec = {{"greedy_match", total[0] ? same[0] / total[0] : 0.0}};
+      corr_held = {{"greedy_match", total[1] ? same[1] / total[1] : 0.0}};
     } else {
       std::vector<std::pair<std::string, bool>> inputs;
       const int words = std::clamp(spec.workload.prompt_len * 3 / 4, 4, 96);

@@ -17,6 +17,10 @@ const std::vector<std::string> kKernelMetrics = {"ns_per_op", "gb_s", "gflops", 
 const std::vector<std::string> kEngineCorrectness = {"top1_agreement", "max_abs_logit_diff", "greedy_match",
                                                      "first_divergence"};
 const std::vector<std::string> kKernelCorrectness = {"max_abs_diff", "max_rel_diff", "exact"};
+const std::vector<std::string> kServeMetrics = {"output_tok_s", "request_throughput", "ttft_p50_s", "ttft_p99_s",
+                                                "tpot_p50_s", "itl_p50_s", "e2e_p50_s", "e2e_p99_s", "peak_rss_mib", "wall_s"};
+// Fraction of requests whose greedy text through the candidate's server equals the baseline's.
+const std::vector<std::string> kServeCorrectness = {"greedy_match"};
 
 bool is_kernel_like(Level l) { return l == Level::kKernel || l == Level::kOp; }
 
@@ -155,7 +159,14 @@ Status read_workload(Reader& top, Spec& s, const std::string& file, const std::s
   if (Status x = r.str("model", w.model); !x) return x;
   if (Status x = r.integer("prompt_len", w.prompt_len, 1, 1 << 16); !x) return x;
   if (Status x = r.integer("gen_len", w.gen_len, 0, 1 << 16); !x) return x;
-  if (Status x = r.integer("batch", w.batch, 1, 1); !x) return x;  // batched requests arrive with serving
+  if (Status x = r.integer("batch", w.batch, 1, 1); !x) return x;  // concurrency is the serve level's business
+  if (s.level == Level::kServe) {
+    if (Status x = r.integer("concurrency", w.concurrency, 1, 1024); !x) return x;
+    if (Status x = r.integer("requests", w.requests, 1, 100000); !x) return x;
+    if (w.gen_len < 1) return r.err("gen_len", "a serve-level spec generates at least 1 token");
+  } else if (r.has("concurrency") || r.has("requests")) {
+    return r.err(r.has("concurrency") ? "concurrency" : "requests", "only serve-level specs take concurrent requests");
+  }
   if (Status x = r.strings("prompts", w.prompts); !x) return x;
   if (Status x = r.str("prompts_file", w.prompts_file); !x) return x;
   if (Status x = r.integer("threads", w.threads, 0, 1024); !x) return x;
@@ -283,7 +294,9 @@ const char* level_name(Level l) {
   return "?";
 }
 
-std::vector<std::string> level_metrics(Level l) { return is_kernel_like(l) ? kKernelMetrics : kEngineMetrics; }
+std::vector<std::string> level_metrics(Level l) {
+  return is_kernel_like(l) ? kKernelMetrics : l == Level::kServe ? kServeMetrics : kEngineMetrics;
+}
 
 bool known_metric(Level l, const std::string& name) {
   if (l == Level::kEngine && name.rfind("span.", 0) == 0 && name.size() > 5) return true;
@@ -293,10 +306,13 @@ bool known_metric(Level l, const std::string& name) {
 }
 
 bool higher_is_better(const std::string& m) {
-  return m == "prefill_tok_s" || m == "decode_tok_s" || m == "gb_s" || m == "gflops";
+  return m == "prefill_tok_s" || m == "decode_tok_s" || m == "gb_s" || m == "gflops" || m == "output_tok_s" ||
+         m == "request_throughput";
 }
 
-std::vector<std::string> correctness_names(Level l) { return is_kernel_like(l) ? kKernelCorrectness : kEngineCorrectness; }
+std::vector<std::string> correctness_names(Level l) {
+  return is_kernel_like(l) ? kKernelCorrectness : l == Level::kServe ? kServeCorrectness : kEngineCorrectness;
+}
 
 bool correctness_higher_is_better(const std::string& n) {
   return n == "top1_agreement" || n == "greedy_match" || n == "first_divergence" || n == "exact";
@@ -333,6 +349,7 @@ Expected<Spec> parse_spec_text(const std::string& text, const std::string& file,
   if (Status x = r.num("memory_mib", s.memory_mib, 64, 1 << 22); !x) return x.error();
   if (Status x = r.num("min_effect", s.min_effect, 0, 1); !x) return x.error();
   if (Status x = r.boolean("trace", s.trace); !x) return x.error();
+  if (s.trace && s.level == Level::kServe) return r.err("trace", "not available at level serve (trace an engine-level spec)");
   if (s.max_repeats == 0) s.max_repeats = std::min(60, 3 * s.repeats);
   if (s.max_repeats < s.repeats) return r.err("max_repeats", "smaller than repeats (" + std::to_string(s.repeats) + ")");
   if (Status x = read_side(r, "baseline", s.baseline, file); !x) return x.error();
@@ -358,7 +375,9 @@ Expected<Spec> parse_spec_text(const std::string& text, const std::string& file,
   for (const auto& c : s.criteria)
     for (const auto& n : expr_names(*c.expr)) judges_correctness |= n.rfind("correctness.", 0) == 0;
   if (!judges_correctness) {
-    const std::string floor = is_kernel_like(s.level) ? "correctness.max_rel_diff <= 1e-3" : "correctness.top1_agreement >= 0.9";
+    const std::string floor = is_kernel_like(s.level)         ? "correctness.max_rel_diff <= 1e-3"
+                              : s.level == Level::kServe ? "correctness.greedy_match == 1"
+                                                         : "correctness.top1_agreement >= 0.9";
     if (Status x = add_criteria(s, {floor}, "default", file + ": default criteria"); !x) return x.error();
   }
   // Collect every metric the criteria use, in order, after the explicit ones.
@@ -395,6 +414,12 @@ nlohmann::json spec_to_json(const Spec& s) {
     wl["kernel"] = w.kernel;
     wl["kernel_args"] = w.kernel_args;
     wl["min_time_ms"] = w.min_time_ms;
+  } else if (s.level == Level::kServe) {
+    wl["prompt_len"] = w.prompt_len;
+    wl["gen_len"] = w.gen_len;
+    wl["concurrency"] = w.concurrency;
+    wl["requests"] = w.requests;
+    wl["greedy_tokens"] = w.greedy_tokens;
   } else {
     wl["prompt_len"] = w.prompt_len;
     wl["gen_len"] = w.gen_len;

@@ -40,6 +40,9 @@ struct Workload {
   std::vector<std::string> kernel_args;
   double min_time_ms = 100;
   int greedy_tokens = 16;  // engine correctness: greedy continuation length
+  // serve: `ouro loadtest --concurrency C --requests N` against each side's `ouro serve`
+  int concurrency = 8;
+  int requests = 32;
 };
 
 struct Criterion {

@@ -209,7 +209,6 @@ size_t LlamaState::kv_bytes_per_token() const {
 Status LlamaState::forward(const int* tokens, int n, float* logits, bool all_logits, ThreadPool& pool,
                            const MatmulKernels& k) {
   if (n <= 0) return usage_error("no tokens to process");
-  fault::at_start();
   if (n_past_ + n > n_ctx_)
     return runtime_error("context overflow: " + std::to_string(n_past_) + " cached + " + std::to_string(n) +
                          " new tokens exceed the context of " + std::to_string(n_ctx_));
@@ -258,6 +257,7 @@ Status llama_forward(const LlamaModel& m, KvStore& kv, Workspace& ws, const SeqB
   const float attn_scale = 1.0f / std::sqrt((float)hd);
   const int64_t bs = kv.block_size(), bf = kv.block_floats();
 
+  fault::at_start();
   // Flatten the batch: token t of the batch is sequence seq_[t]'s token at position pos_[t].
   int T = 0, n_out = 0, max_keys = 0;
   for (int s = 0; s < n_seqs; ++s) T += std::max(0, seqs[s].n);

@@ -323,7 +323,7 @@ void OpenAiApi::completion(const HttpRequest& req, const std::shared_ptr<Exchang
     }
   };
   std::weak_ptr<Exchange> wex = ex;
-  g.on_event = [=, &sched = s_](GenEvent&& ev) {
+  g.on_event = [=](GenEvent&& ev) {
     std::shared_ptr<Exchange> x = wex.lock();
     if (!x) return;
     if (ev.kind == GenEvent::kToken) {
@@ -350,7 +350,6 @@ void OpenAiApi::completion(const HttpRequest& req, const std::shared_ptr<Exchang
       return;
     }
     // Done
-    (void)sched;
     if (ev.finish_reason == "cancelled") { x->end(); return; }
     if (ev.finish_reason == "abort" || ev.finish_reason == "error") {
       ApiError e;

@@ -195,8 +195,12 @@ def test_malformed_specs_fail_before_anything_runs(ouro_bin, tmp_path):
         "criteria file for another level": (
             good.replace('level = "kernel"', 'level = "kernel"\ncriteria_file = "engine-no-regression"'), "not for level"),
         "unknown revision": (good.replace('revision = "worktree"', 'revision = "no-such-branch-xyz"', 1), "unknown revision"),
-        "serve level": (good.replace('level = "kernel"', 'level = "serve"').replace("ns_per_op", "decode_tok_s")
-                        .split("[workload]")[0], "needs `ouro serve`"),
+        "engine metric at serve level": (good.replace('level = "kernel"', 'level = "serve"').replace("ns_per_op", "decode_tok_s")
+                                         .split("[workload]")[0], "unknown metric 'decode_tok_s' for level serve"),
+        "trace at serve level": (good.replace('level = "kernel"', 'level = "serve"\ntrace = true')
+                                 .replace("ns_per_op", "output_tok_s").split("[workload]")[0], "not available at level serve"),
+        "concurrency below serve level": (good.replace("[workload]", "[workload]\nconcurrency = 4"),
+                                          "only serve-level specs"),
     }
     for name, (text, needle) in cases.items():
         spec = write_spec(tmp_path, text, "bad.toml")
@@ -209,6 +213,49 @@ def test_malformed_specs_fail_before_anything_runs(ouro_bin, tmp_path):
     assert not (tmp_path / "cache" / "ouro" / "lab" / "runs").exists()
     p = lab(ouro_bin, tmp_path, "check", write_spec(tmp_path, good, "good.toml"))
     assert p.returncode == 0 and "correctness.max_rel_diff <= 1e-3" in p.stdout  # the default floor
+
+
+SERVE_SPEC = """
+question = "Do two servers answer the same at the same speed?"
+hypothesis = "{hypothesis}"
+level = "serve"
+repeats = 2
+max_repeats = 2
+timeout = 120
+criteria = ["candidate.output_tok_s >= 0.5 * baseline.output_tok_s"]
+[baseline]
+revision = "worktree"
+args = ["--max-batch", "8"]
+[candidate]
+revision = "worktree"
+{cand}
+[workload]
+model = "{model}"
+prompt_len = 16
+gen_len = 8
+concurrency = 4
+requests = 8
+threads = 2
+greedy_tokens = 6
+"""
+
+
+def test_serve_level_drives_both_servers_with_loadtest(ouro_bin, model_path, tmp_path):
+    """A serve-level spec starts each side's `ouro serve` with its flags, loads it with `ouro
+    loadtest`, compares greedy texts (spec seed and a held-out one) and the served figures; a
+    candidate whose server crashes is rejected with the reason."""
+    rec = run_spec(ouro_bin, tmp_path, SERVE_SPEC.format(hypothesis="A batch of 8 or 16 answers the same.", model=model_path,
+                                                          cand='args = ["--max-batch", "16"]'), timeout=900)
+    assert rec["correctness"]["spec"]["greedy_match"] == 1.0 and rec["correctness"]["heldout"]["greedy_match"] == 1.0
+    assert rec["verdict"] != "reject", rec["reasons"]
+    st = rec["stats"]["output_tok_s"]
+    assert st["baseline_median"] > 0 and st["candidate_median"] > 0
+    assert rec["revisions"]["candidate"]["args"] == ["--max-batch", "16"]
+    bad = run_spec(ouro_bin, tmp_path, SERVE_SPEC.format(hypothesis="A crashing server is caught.", model=model_path,
+                                                          cand='env = { OURO_FAULT = "crash" }'), name="crash.toml",
+                   timeout=900)
+    assert bad["verdict"] == "reject"
+    assert any("candidate" in r and "correctness run" in r for r in bad["reasons"]), bad["reasons"]
 
 
 def test_ledger_records_rerun_verify_and_tamper(ouro_bin, tmp_path):

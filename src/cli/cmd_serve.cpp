@@ -1,6 +1,7 @@
 // ouro serve: the OpenAI-compatible server (src/serve/) over the continuous-batching scheduler
 // (src/runtime/scheduler.h).
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -73,6 +74,11 @@ int cmd_serve(int argc, char** argv) {
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  // One descriptor per connection: take the hard limit (often 1024 soft vs much more hard).
+  if (rlimit rl; getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
 
   if (Status s = start_trace(a); !s) return report(s.error());
   auto eng = load_engine(a);

@@ -90,7 +90,7 @@ int Scheduler::max_sequence_tokens() const {
   return std::min(e_.config().n_ctx, cfg_.n_blocks * cfg_.block_size);
 }
 
-Scheduler::Submit Scheduler::submit(GenRequest r, uint64_t* id) {
+Scheduler::Submit Scheduler::submit(GenRequest r, uint64_t id) {
   auto s = std::make_unique<Seq>();
   s->req = std::move(r);
   s->tokens = s->req.prompt;
@@ -102,7 +102,7 @@ Scheduler::Submit Scheduler::submit(GenRequest r, uint64_t* id) {
     std::lock_guard<std::mutex> lk(mu_);
     if (!accepting_) return Submit::kShuttingDown;
     if (queued_ >= cfg_.max_waiting) return Submit::kQueueFull;
-    s->id = *id = next_id_++;
+    s->id = id;
     ++queued_;
     m_.waiting = queued_;
     idle_ = false;
@@ -282,7 +282,6 @@ void Scheduler::step() {
   if (picks.empty()) return;
 
   std::vector<SeqBatch> batch(picks.size());
-  int rows = 0;
   for (size_t i = 0; i < picks.size(); ++i) {
     Seq& s = *picks[i].s;
     SeqBatch& b = batch[i];
@@ -291,7 +290,6 @@ void Scheduler::step() {
     b.n_past = s.n_computed;
     b.blocks = s.table.data();
     b.want_logits = s.n_computed + b.n == (int)s.tokens.size();
-    rows += b.want_logits;
   }
   Status st = Ok{};
   trace::counter("requests_running", (double)running_.size());
@@ -300,6 +298,7 @@ void Scheduler::step() {
   {
     trace::Span sp("step", "phase", -1, cfg_.batch_tokens - budget);
     sp.pos((int64_t)picks.size());
+    for (const auto& p : picks) trace::flow('t', "request", p.s->id);
     st = llama_forward(e_.model(), kv_, ws_, batch.data(), (int)batch.size(), logits_.data(), e_.pool(), e_.kernels());
   }
   if (!st) {
@@ -364,6 +363,8 @@ void Scheduler::on_token(Seq& s, float* logits) {
 
 void Scheduler::finish(Seq& s, const std::string& reason, const std::string& error) {
   if (!s.req.on_event) return;  // already finished
+  trace::Span sp("finish", "request", -1, s.generated);
+  trace::flow('f', "request", s.id);
   GenEvent ev;
   ev.kind = GenEvent::kDone;
   ev.finish_reason = reason;

@@ -4,6 +4,7 @@
 // come. KV blocks come from a paged pool with prefix caching; when blocks run out the newest
 // running request is preempted (its blocks freed, its tokens recomputed when it is readmitted).
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -74,8 +75,10 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   enum class Submit { kOk, kQueueFull, kShuttingDown };
-  // Queues a request; *id identifies it for cancel().
-  Submit submit(GenRequest r, uint64_t* id);
+  // A fresh request id (for a trace flow that must start before submit).
+  uint64_t new_id() { return next_id_++; }
+  // Queues a request under `id` (from new_id()), which cancel() takes.
+  Submit submit(GenRequest r, uint64_t id);
   // Ends a request (a client went away): its blocks are freed within one step.
   void cancel(uint64_t id);
   // Refuses new requests, lets the queued and running ones finish for up to grace_s seconds,
@@ -110,7 +113,7 @@ class Scheduler {
   std::vector<uint64_t> cancels_;
   bool accepting_ = true, abort_ = false, stop_ = false, idle_ = true;
   int queued_ = 0;  // incoming + waiting, for max_waiting
-  uint64_t next_id_ = 1;
+  std::atomic<uint64_t> next_id_{1};
 
   // Owned by the scheduler thread.
   std::deque<std::unique_ptr<Seq>> waiting_;

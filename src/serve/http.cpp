@@ -414,6 +414,7 @@ void HttpServer::flush(Conn& c) {
 void HttpServer::run() {
   using Clock = std::chrono::steady_clock;
   Clock::time_point deadline = Clock::time_point::max();
+  Clock::time_point accept_resume{};  // set while accepting is paused for lack of descriptors
   bool listening = true;
   epoll_event evs[256];
   for (;;) {
@@ -430,13 +431,30 @@ void HttpServer::run() {
       for (auto& [id, c] : conns_) busy = busy || c->ex || !c->wbuf.empty();
       if (!busy || Clock::now() >= deadline) break;
     }
-    const int n = epoll_wait(epoll_fd_, evs, 256, stopping_ ? 50 : 1000);
+    if (listening && accept_resume != Clock::time_point{} && Clock::now() >= accept_resume) {
+      epoll_event on{};
+      on.events = EPOLLIN;
+      on.data.u64 = 0;
+      epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &on);
+      accept_resume = Clock::time_point{};
+    }
+    const int n = epoll_wait(epoll_fd_, evs, 256, stopping_ || accept_resume != Clock::time_point{} ? 50 : 1000);
     for (int i = 0; i < n; ++i) {
       const uint64_t tag = evs[i].data.u64;
       if (tag == 0) {
         for (;;) {
           const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-          if (fd < 0) break;
+          if (fd < 0) {
+            // Out of descriptors: the listener stays readable, so stop watching it for a while
+            // instead of spinning on accept (pending connections wait in the backlog).
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+              epoll_event off{};
+              off.data.u64 = 0;
+              epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &off);
+              accept_resume = Clock::now() + std::chrono::milliseconds(100);
+            }
+            break;
+          }
           if ((int)conns_.size() >= o_.max_connections) { ::close(fd); continue; }
           int one = 1;
           setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);

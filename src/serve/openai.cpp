@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "trace/trace.h"
+
 namespace ouro {
 
 using json = nlohmann::json;
@@ -146,6 +148,9 @@ void OpenAiApi::handle(const HttpRequest& req, const std::shared_ptr<Exchange>& 
 }
 
 void OpenAiApi::completion(const HttpRequest& req, const std::shared_ptr<Exchange>& ex, bool chat) {
+  // The request's first interval (parse, template, tokenize, submit) on the HTTP thread; a flow
+  // ties it to the scheduler steps that run it and to its end.
+  trace::Span span(chat ? "chat_request" : "completion_request", "request");
   json body = json::parse(req.body, nullptr, false);
   if (body.is_discarded()) return send_error(ex, bad("", "the request body is not valid JSON"));
   if (!body.is_object()) return send_error(ex, bad("", "the request body must be a JSON object"));
@@ -398,8 +403,9 @@ void OpenAiApi::completion(const HttpRequest& req, const std::shared_ptr<Exchang
     x->respond(200, dump(r));
   };
 
-  uint64_t rid = 0;
-  const Scheduler::Submit sub = s_.submit(std::move(g), &rid);
+  const uint64_t rid = s_.new_id();
+  trace::flow('s', "request", rid);
+  const Scheduler::Submit sub = s_.submit(std::move(g), rid);
   if (sub == Scheduler::Submit::kQueueFull) {
     ApiError e = bad("", "too many requests are waiting; retry later", "queue_full");
     e.status = 429;

@@ -413,3 +413,29 @@ def test_truncating_samplers_to_one_token_is_greedy(client, ref, params):
         r = chat(client, CHAT_PROMPT, 16, temperature=1.0, seed=seed, extra_body=params) if "top_p" not in params \
             else chat(client, CHAT_PROMPT, 16, temperature=1.0, seed=seed, top_p=params["top_p"])
         assert r.choices[0].message.content == want, (params, seed)
+
+
+def test_trace_follows_each_request_across_threads(serve_factory, tmp_path):
+    """`ouro serve --trace`: each request is a flow that starts on the HTTP thread (parse,
+    template, tokenize, submit), steps through the scheduler's batched `step` spans on another
+    thread, and ends in a `finish` span; counters show the running requests and KV blocks."""
+    trace = tmp_path / "serve.json"
+    srv = serve_factory("--trace", trace)
+    for p in ("Say hi.", "Name a fruit."):
+        assert post(srv.url, "/v1/chat/completions", chat_body(p, 4)).status == 200
+    assert srv.stop() == 0
+    ev = json.loads(trace.read_text())["traceEvents"]
+    flows = {}
+    for e in ev:
+        if e.get("cat") == "request" and e.get("ph") in ("s", "t", "f"):
+            flows.setdefault(e["id"], []).append(e)
+    assert len(flows) == 2, flows.keys()
+    for fid, es in flows.items():
+        es.sort(key=lambda e: e["ts"])
+        phs = [e["ph"] for e in es]
+        assert phs[0] == "s" and phs[-1] == "f" and "t" in phs, (fid, phs)
+        assert es[0]["tid"] != es[1]["tid"], "the flow should cross from the HTTP thread to the scheduler"
+    names = {e.get("name") for e in ev if e.get("ph") == "X"}
+    assert {"chat_request", "step", "finish", "qkv", "lm_head"} <= names, names
+    counters = {e.get("name") for e in ev if e.get("ph") == "C"}
+    assert {"requests_running", "kv_blocks_used"} <= counters, counters

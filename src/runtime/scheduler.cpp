@@ -143,6 +143,7 @@ void Scheduler::loop() {
       incoming_.clear();
       cancels.swap(cancels_);
       abort = abort_;
+      abort_ = false;  // consumed: once the queue is empty the loop sleeps again
       if (stop_ && waiting_.empty() && running_.empty()) break;
     }
     // Cancellations and aborts first: their blocks are free for this very step.

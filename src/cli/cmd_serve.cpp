@@ -98,6 +98,14 @@ int cmd_serve(int argc, char** argv) {
     if (!blocks) return report(blocks.error());
     if (a.has("--kv-mem") && by_mem < 1) return report(usage_error("--kv-mem " + std::to_string(*kv_mem) + " MiB holds no KV block"));
     sc.n_blocks = (int)(a.has("--kv-mem") ? by_mem : *blocks);
+    // The pool is made resident at start: refuse one the machine cannot hold instead of being
+    // killed for memory while touching it.
+    const double pool_mib = (double)sc.n_blocks * block_bytes / (1 << 20);
+    const double phys_mib = (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) / (1 << 20);
+    if (phys_mib > 0 && pool_mib > 0.8 * phys_mib)
+      return report(usage_error("a KV pool of " + std::to_string(sc.n_blocks) + " blocks needs " +
+                                std::to_string((long long)pool_mib) + " MiB, more than 80% of this machine's " +
+                                std::to_string((long long)phys_mib) + " MiB (lower --kv-blocks or --kv-mem)"));
   }
   ServeMetrics metrics;
   Scheduler sched(e, sc, metrics);

@@ -16,6 +16,7 @@ import json
 import random
 import re
 import socket
+import subprocess
 import threading
 import time
 
@@ -474,3 +475,21 @@ def test_fuzz_malformed_requests(serve_factory):
     assert m["ouro_kv_blocks_used"] == 0 and m["ouro_requests_running"] == 0, m.text
     assert not failures, f"{len(failures)} of {n_cases} fuzz cases failed:\n" + \
         "\n".join(f"#{i}: {why}\n   request: {d!r}" for i, d, why in failures[:20])
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--port", "70000"], "--port"),
+    (["--max-batch", "0"], "--max-batch"),
+    (["--kv-blocks", "8", "--kv-mem", "64"], "exclude each other"),
+    (["--kv-blocks", "10000000"], "KV pool"),
+    (["--kv-mem", "abc"], "--kv-mem"),
+    (["--block-size", "-1"], "--block-size"),
+    (["--frobnicate"], "--frobnicate"),
+])
+def test_bad_serve_flags_exit_2_with_a_message(ouro_bin, model_path, flags, needle):
+    """Bad launch flags end `ouro serve` at once with exit 2 and one message naming the problem
+    (a KV pool larger than the machine's memory is refused before it is touched)."""
+    p = subprocess.run([str(ouro_bin), "serve", "--model", str(model_path), "--port", "0", *flags],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, (flags, p.returncode, p.stderr)
+    assert needle in p.stderr and p.stderr.startswith("ouro: "), (flags, p.stderr)

@@ -16,6 +16,8 @@
 #include <chrono>
 #include <cstring>
 
+#include <nlohmann/json.hpp>
+
 namespace ouro {
 
 namespace {
@@ -32,14 +34,11 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b);
 }
 
-std::string error_json(const std::string& message, const char* type = "invalid_request_error") {
-  std::string esc;
-  for (char c : message) {
-    if (c == '"' || c == '\\') esc += '\\', esc += c;
-    else if ((unsigned char)c < 0x20) esc += ' ';
-    else esc += c;
-  }
-  return std::string("{\"error\":{\"message\":\"") + esc + "\",\"type\":\"" + type + "\",\"param\":null,\"code\":null}}";
+// The OpenAI error shape for answers the server makes before any handler runs. Messages may quote
+// client bytes (a protocol version, a Content-Length), so invalid UTF-8 is replaced, not passed on.
+std::string error_json(const std::string& message) {
+  const nlohmann::json j = {{"error", {{"message", message}, {"type", "invalid_request_error"}, {"param", nullptr}, {"code", nullptr}}}};
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string status_line(int status) { return "HTTP/1.1 " + std::to_string(status) + " " + http_reason(status) + "\r\n"; }

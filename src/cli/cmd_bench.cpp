@@ -16,9 +16,11 @@ namespace ouro {
 namespace {
 
 const char* kUsage =
-    "usage: ouro bench [--prompt-len 512] [--gen-len 128] [--repeats 5] [--warmup 1] [--json]\n"
+    "usage: ouro bench [--prompt-len 512] [--gen-len 128] [--depth 0] [--repeats 5] [--warmup 1] [--json]\n"
     "  Prefill: one forward over prompt-len tokens from an empty cache (pp).\n"
     "  Decode: gen-len greedy single-token steps from an empty cache (tg), as llama-bench does.\n"
+    "  --depth N: both start after N cached tokens (prefilled untimed), as llama-bench's -d does.\n"
+    "  Quantization flags (--weights, --w8a8-ops, --w8a8-layers, --kv, --kv-layers): docs/quantization.md\n"
     "  --trace FILE       Chrome trace of the measured repeats (docs/trace.md); --trace-buffer N\n"
     "  -m, --model PATH   -t, --threads N   --ctx N   --isa auto|avx512|avx2|scalar\n";
 
@@ -35,14 +37,15 @@ Stats stats(std::vector<double> v) {
 int cmd_bench(int argc, char** argv) {
   if (wants_help(argc, argv)) { std::fputs(kUsage, stdout); return 0; }
   Args a;
-  if (Status s = a.parse(argc, argv, concat(concat(kCommonValueFlags, kTraceFlags), {"--prompt-len", "--gen-len", "--repeats", "--warmup"}), {"--json"}); !s)
+  if (Status s = a.parse(argc, argv, concat(concat(kCommonValueFlags, kTraceFlags), {"--prompt-len", "--gen-len", "--depth", "--repeats", "--warmup"}), {"--json"}); !s)
     return report(s.error());
   if (!a.positional().empty()) return report(usage_error("unexpected argument '" + a.positional()[0] + "'"));
   auto pl = a.integer("--prompt-len", 512, 0, 1 << 20);
   auto gl = a.integer("--gen-len", 128, 0, 1 << 20);
   auto reps = a.integer("--repeats", 5, 1, 1000);
   auto warm = a.integer("--warmup", 1, 0, 100);
-  for (auto* v : {&pl, &gl, &reps, &warm})
+  auto depth = a.integer("--depth", 0, 0, 1 << 24);
+  for (auto* v : {&pl, &gl, &reps, &warm, &depth})
     if (!*v) return report(v->error());
   if (*pl == 0 && *gl == 0) return report(usage_error("nothing to measure: --prompt-len and --gen-len are both 0"));
   auto eng = load_engine(a);
@@ -53,12 +56,28 @@ int cmd_bench(int argc, char** argv) {
   if (*warm == 0)
     if (Status s = start_trace(a); !s) return report(s.error());
   auto st = e.new_state();
-  if (*pl > st->n_ctx() || *gl > st->n_ctx())
-    return report(usage_error("--prompt-len/--gen-len exceed the context of " + std::to_string(st->n_ctx()) + " (raise --ctx)"));
+  if (*depth + *pl > st->n_ctx() || *depth + *gl > st->n_ctx())
+    return report(usage_error("--depth plus --prompt-len/--gen-len exceed the context of " + std::to_string(st->n_ctx()) +
+                              " (raise --ctx)"));
 
   std::mt19937 rng(1234);
-  std::vector<int> prompt(*pl);
+  std::vector<int> prompt(*pl), ctx_tokens(*depth);
   for (auto& t : prompt) t = (int)(rng() % (uint32_t)c.n_vocab);
+  for (auto& t : ctx_tokens) t = (int)(rng() % (uint32_t)c.n_vocab);
+  // Starts a measurement with exactly the --depth tokens cached: filled once (untimed), later
+  // measurements drop what the previous one appended.
+  bool filled = false;
+  auto start_at_depth = [&]() -> Status {
+    if (filled) {
+      st->truncate((int)ctx_tokens.size());
+      return Ok{};
+    }
+    st->reset();
+    filled = true;
+    if (ctx_tokens.empty()) return Ok{};
+    trace::Span phase("depth_fill", "phase", -1, (int)ctx_tokens.size());
+    return st->forward(ctx_tokens.data(), (int)ctx_tokens.size(), nullptr, false, e.pool(), e.kernels());
+  };
   std::vector<float> logits(c.n_vocab);
   using clock = std::chrono::steady_clock;
   std::vector<double> pp, tg;
@@ -67,17 +86,17 @@ int cmd_bench(int argc, char** argv) {
     if (r == *warm && *warm > 0)
       if (Status s = start_trace(a); !s) return report(s.error());
     if (*pl > 0) {
-      st->reset();
+      if (Status s = start_at_depth(); !s) return report(s.error());
       auto t0 = clock::now();
       trace::Span phase("prefill", "phase", -1, (int)prompt.size());
-      phase.pos(0);
+      phase.pos(st->n_past());
       if (Status s = st->forward(prompt.data(), (int)prompt.size(), logits.data(), false, e.pool(), e.kernels()); !s)
         return report(s.error());
       if (keep) pp.push_back(*pl / std::chrono::duration<double>(clock::now() - t0).count());
       trace::counter("kv_cache", st->n_past());
     }
     if (*gl > 0) {
-      st->reset();
+      if (Status s = start_at_depth(); !s) return report(s.error());
       int tok = prompt.empty() ? 1 : prompt[0];
       auto t0 = clock::now();
       for (int i = 0; i < *gl; ++i) {
@@ -93,8 +112,8 @@ int cmd_bench(int argc, char** argv) {
     }
   }
   if (Status s = finish_trace(a, e); !s) return report(s.error());
-  // Decode reads every weight once per token plus, on average, half the final KV cache.
-  const double kv_avg = 0.5 * (double)*gl * st->kv_bytes_per_token();
+  // Decode reads every weight once per token plus, on average, the depth and half the new tokens' KV.
+  const double kv_avg = ((double)*depth + 0.5 * (double)*gl) * st->kv_bytes_per_token();
   const double bytes_per_tok = (double)e.model().weight_bytes_per_token() + kv_avg;
   nlohmann::json j = {{"commit", OURO_COMMIT},
                       {"model", e.config().model_path},
@@ -105,6 +124,10 @@ int cmd_bench(int argc, char** argv) {
                       {"build_flags", OURO_BUILD_DESC},
                       {"prompt_len", *pl},
                       {"gen_len", *gl},
+                      {"depth", *depth},
+                      {"weights", e.model().weights_desc()},
+                      {"kv", e.kv_spec().describe()},
+                      {"kv_bytes_per_token", st->kv_bytes_per_token()},
                       {"repeats", *reps},
                       {"warmup", *warm},
                       {"bytes_per_decode_token", bytes_per_tok}};
@@ -130,6 +153,8 @@ int cmd_bench(int argc, char** argv) {
   } else {
     std::printf("model %s  threads %d  isa %s  commit %s\n", e.config().model_path.c_str(), e.config().threads,
                 isa_name(e.config().isa), OURO_COMMIT);
+    std::printf("weights %s  kv %s (%zu bytes/token)  depth %lld\n", e.model().weights_desc().c_str(),
+                e.kv_spec().describe().c_str(), st->kv_bytes_per_token(), *depth);
     if (!pp.empty()) {
       Stats s = stats(pp);
       std::printf("pp%lld  %8.1f tok/s  (min %.1f, max %.1f, %lld runs)\n", *pl, s.median, s.min, s.max, *reps);

@@ -91,7 +91,7 @@ int cmd_serve(int argc, char** argv) {
   sc.block_size = (int)*block_size;
   sc.max_waiting = (int)*max_queue;
   {
-    const size_t block_bytes = KvStore::bytes_per_block(e.model().config(), sc.block_size);
+    const size_t block_bytes = KvStore::bytes_per_block(e.model().config(), e.kv_spec(), sc.block_size);
     const long long full = (long long)sc.max_running * ((e.config().n_ctx + sc.block_size - 1) / sc.block_size);
     const long long by_mem = (long long)((*kv_mem << 20) / block_bytes);
     auto blocks = a.integer("--kv-blocks", std::min(full, by_mem), 1, 1 << 24);
@@ -139,7 +139,7 @@ int cmd_serve(int argc, char** argv) {
   });
   std::fprintf(stderr, "ouro serve: model %s, %d threads, ctx %d, max batch %d, %d KV blocks of %d (%.0f MiB)\n",
                ao.model_id.c_str(), e.config().threads, e.config().n_ctx, sc.max_running, sc.n_blocks, sc.block_size,
-               (double)sc.n_blocks * KvStore::bytes_per_block(e.model().config(), sc.block_size) / (1 << 20));
+               (double)sc.n_blocks * KvStore::bytes_per_block(e.model().config(), e.kv_spec(), sc.block_size) / (1 << 20));
   std::fprintf(stderr, "ouro serve: listening on http://%s:%d\n", ho.host.find(':') != std::string::npos ? ("[" + ho.host + "]").c_str() : ho.host.c_str(), *bound);
   std::fflush(stderr);
   http.run();

@@ -16,7 +16,9 @@
 
 namespace ouro {
 
-const std::vector<std::string> kCommonValueFlags = {"--model", "-m", "--threads", "-t", "--ctx", "--isa"};
+const std::vector<std::string> kCommonValueFlags = {"--model", "-m",      "--threads",   "-t",         "--ctx",
+                                                   "--isa",   "--kv",    "--kv-layers", "--weights",  "--w8a8-ops",
+                                                   "--w8a8-layers"};
 const std::vector<std::string> kTraceFlags = {"--trace", "--trace-buffer"};
 
 Status start_trace(const Args& a) {
@@ -40,6 +42,8 @@ Status finish_trace(const Args& a, const Engine& e) {
                           {"ctx", c.n_ctx},
                           {"isa", isa_name(c.isa)},
                           {"max_batch", c.max_batch},
+                          {"weights", e.model().weights_desc()},
+                          {"kv", e.kv_spec().describe()},
                           {"cpu", cpu_features().model_name},
                           {"cpu_features", cpu_features().flags_string()}};
   return trace::write_chrome_json(a.str("--trace"), other.dump());
@@ -48,10 +52,7 @@ Status finish_trace(const Args& a, const Engine& e) {
 const std::vector<std::string> kSamplingFlags = {"--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
                                                  "--repeat-last-n", "--seed"};
 
-static std::string default_model_path() {
-  const char* env = std::getenv("OURO_MODEL");
-  if (env && *env) return env;
-  const std::string rel = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+std::string find_repo_file(const std::string& rel) {
   if (std::filesystem::exists(rel)) return rel;
   std::error_code ec;
   auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -60,6 +61,12 @@ static std::string default_model_path() {
     if (std::filesystem::exists(p)) return p.string();
   }
   return rel;
+}
+
+static std::string default_model_path() {
+  const char* env = std::getenv("OURO_MODEL");
+  if (env && *env) return env;
+  return find_repo_file("models/SmolLM2-135M-Instruct.Q4_1.gguf");
 }
 
 Expected<LaunchConfig> launch_config_from(const Args& a) {
@@ -72,6 +79,13 @@ Expected<LaunchConfig> launch_config_from(const Args& a) {
   if (!ctx) return ctx.error();
   c.n_ctx = (int)*ctx;
   if (!parse_isa(a.str("--isa", "auto"), &c.isa)) return usage_error("flag --isa: '" + a.str("--isa") + "' is not one of auto, avx512, avx2, scalar");
+  for (const char* f : {"--kv", "--kv-layers", "--weights", "--w8a8-ops", "--w8a8-layers"})
+    if (a.has(f) && a.str(f).empty()) return usage_error(std::string("flag ") + f + " needs a value");
+  c.kv = a.str("--kv", "");
+  c.kv_layers = a.str("--kv-layers", "");
+  c.weights.mode = a.str("--weights", "native");
+  c.weights.ops = a.str("--w8a8-ops", "");
+  c.weights.layers = a.str("--w8a8-layers", "");
   return c;
 }
 

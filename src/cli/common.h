@@ -11,6 +11,10 @@ namespace ouro {
 // Flags every model-loading subcommand accepts.
 extern const std::vector<std::string> kCommonValueFlags;  // --model --threads --ctx --isa
 
+// A file shipped in the repository: `rel` from the working directory, else next to the binary's
+// build directory (BUILD/.. / rel), else `rel` as given (for the caller's error message).
+std::string find_repo_file(const std::string& rel);
+
 // Builds the launch configuration from common flags (and OURO_MODEL).
 Expected<LaunchConfig> launch_config_from(const Args& a);
 Expected<std::unique_ptr<Engine>> load_engine(const Args& a);
@@ -46,6 +50,7 @@ int cmd_trace(int argc, char** argv);
 int cmd_probe(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 int cmd_loadtest(int argc, char** argv);
+int cmd_quality(int argc, char** argv);
 
 }  // namespace ouro
 

@@ -25,6 +25,7 @@ const char* kUsage =
     "  microbench  one kernel or op, timed, with its output for correctness checks\n"
     "  lab         experiments: run, plan, bisect, and the ledger (log, show, verify, report)\n"
     "  loadtest    load an OpenAI-compatible server: throughput, TTFT/TPOT/ITL percentiles, goodput\n"
+    "  quality     what a quantization costs: perplexity, KL divergence, top-1 and greedy agreement\n"
     "\n"
     "Run 'ouro <command> --help' for a command's options.\n";
 
@@ -45,7 +46,7 @@ int main(int argc, char** argv) {
       {"detokenize", ouro::cmd_detokenize}, {"logits", ouro::cmd_logits}, {"bench", ouro::cmd_bench},
       {"trace", ouro::cmd_trace},       {"probe", ouro::cmd_probe}, {"serve", ouro::cmd_serve},
       {"microbench", ouro::cmd_microbench}, {"lab", ouro::cmd_lab},
-      {"loadtest", ouro::cmd_loadtest},
+      {"loadtest", ouro::cmd_loadtest}, {"quality", ouro::cmd_quality},
   };
   for (const auto& c : cmds) {
     if (std::strcmp(cmd, c.name) != 0) continue;

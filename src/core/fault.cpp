@@ -39,6 +39,16 @@ Config parse_env() {
       }
       c.slow_op = item.substr(5, colon - 5);
       c.slow_pct = pct;
+    } else if (item.rfind("badscale:", 0) == 0) {
+      const size_t colon = item.find(':', 9);
+      const std::string what = colon == std::string::npos ? "" : item.substr(9, colon - 9);
+      char* endp = nullptr;
+      const double f = colon == std::string::npos ? -1 : std::strtod(item.c_str() + colon + 1, &endp);
+      if ((what != "kv" && what != "w8a8") || !endp || *endp || !(f > 0 && f < 1000)) {
+        std::fprintf(stderr, "ouro: ignoring OURO_FAULT item '%s' (expected badscale:kv|w8a8:FACTOR)\n", item.c_str());
+        continue;
+      }
+      (what == "kv" ? c.kv_scale : c.w8a8_scale) = (float)f;
     } else if (item.rfind("delay:", 0) == 0) {
       const size_t colon = item.find(':', 6);
       char* endp = nullptr;

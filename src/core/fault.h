@@ -7,6 +7,9 @@
 //                             call, so the whole run is PCT% slower whatever the machine's speed
 //   OURO_FAULT=crash          abort() at the first forward pass or kernel run
 //   OURO_FAULT=hang           sleep forever at the first forward pass or kernel run
+//   OURO_FAULT=badscale:kv:F  the KV cache's fp8/int8 encoder stores each scale times F (a broken
+//                             quantizer that the quality bounds must catch); badscale:w8a8:F does
+//                             the same to W8A8 weight scales
 //   OURO_FAULT=memo:DIR       outputs for inputs found in DIR are replayed from DIR; any other input
 //                             gets a cheap wrong answer (a candidate that memorized its test inputs)
 //
@@ -26,12 +29,16 @@ struct Config {
   bool crash = false;
   bool hang = false;
   std::string memo_dir;  // empty: no memo
+  float kv_scale = 1.0f, w8a8_scale = 1.0f;  // badscale factors
 };
 
 extern bool g_active;  // any fault configured (set before main by the parser)
 const Config& config();
 
 void op_hook_slow(const char* op);
+// The badscale factors (1 unless OURO_FAULT asks otherwise).
+inline float kv_scale_factor() { return __builtin_expect(g_active, 0) ? config().kv_scale : 1.0f; }
+inline float w8a8_scale_factor() { return __builtin_expect(g_active, 0) ? config().w8a8_scale : 1.0f; }
 void start_hook_slow();
 // Called at the start of each traced op of the model (the op's name as in the trace).
 inline void at_op(const char* op) {

@@ -2,6 +2,7 @@
 // KV cache sized for the whole context does not inflate RSS until it is used.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 namespace ouro {
 
@@ -16,6 +17,7 @@ class LazyBuffer {
   LazyBuffer& operator=(const LazyBuffer&) = delete;
   bool ok() const { return p_ != nullptr; }
   float* f32() const { return static_cast<float*>(p_); }
+  uint8_t* bytes() const { return static_cast<uint8_t*>(p_); }
   size_t size() const { return n_; }
   // Touches every page now, so the memory is resident from the start (a server's KV pool: its RSS
   // then stays flat instead of creeping up as blocks are used for the first time).

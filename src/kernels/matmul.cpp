@@ -27,6 +27,7 @@ AlignedPtr aligned_alloc_zero(size_t bytes) {
 
 size_t PackedMatrix::bytes() const {
   if (kind == PackedKind::kRows) return rows * src_row_bytes;
+  if (kind == PackedKind::kW8) return quads * quad_bytes + rows * 8;
   return quads * quad_bytes;
 }
 
@@ -61,22 +62,29 @@ int PackedMatrix::raw(int64_t r, int64_t k) const {
   const int64_t b = k / 32, i = k % 32;
   const uint8_t* vals = step(r / 4, b / 2);
   if (kind == PackedKind::kQ8) return (int)(int8_t)(vals[(r % 4) * 64 + (b % 2) * 32 + i] ^ 0x80);
+  if (kind == PackedKind::kW8) return (int)(int8_t)vals[(r % 4) * 64 + (b % 2) * 32 + i];
   const uint8_t byte = vals[(r % 4) * 32 + i];
   return (b % 2) ? (byte >> 4) : (byte & 0xf);
 }
 
-float PackedMatrix::d(int64_t r, int64_t b) const { return load_scale(*this, scale_ptr(*this, r, b, false)); }
+float PackedMatrix::d(int64_t r, int64_t b) const {
+  if (kind == PackedKind::kW8) return rscale[r];
+  return load_scale(*this, scale_ptr(*this, r, b, false));
+}
 
 float PackedMatrix::c(int64_t r, int64_t b) const {
   return kind == PackedKind::kQ4 ? load_scale(*this, scale_ptr(*this, r, b, true)) : -128.0f * d(r, b);
 }
 
 float PackedMatrix::value(int64_t r, int64_t k) const {
-  if (kind == PackedKind::kQ8) return d(r, k / 32) * (float)raw(r, k);
+  if (kind == PackedKind::kQ8 || kind == PackedKind::kW8) return d(r, k / 32) * (float)raw(r, k);
   return d(r, k / 32) * (float)raw(r, k) + c(r, k / 32);
 }
 
-PackedMatrix pack_matrix(GgmlType type, const uint8_t* data, int64_t cols, int64_t rows) {
+namespace {
+
+// The shape fields every kind shares, and the source it was made from.
+PackedMatrix shaped(GgmlType type, const uint8_t* data, int64_t cols, int64_t rows) {
   PackedMatrix m;
   m.rows = rows;
   m.cols = cols;
@@ -87,6 +95,13 @@ PackedMatrix pack_matrix(GgmlType type, const uint8_t* data, int64_t cols, int64
   m.src_type = type;
   m.src = data;
   m.src_row_bytes = row_bytes(type, cols);
+  return m;
+}
+
+}  // namespace
+
+PackedMatrix pack_matrix(GgmlType type, const uint8_t* data, int64_t cols, int64_t rows) {
+  PackedMatrix m = shaped(type, data, cols, rows);
   const bool q4 = type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 || type == GgmlType::kQ4_K;
   const bool q8 = type == GgmlType::kQ8_0;
   if (!q4 && !q8) return m;
@@ -149,7 +164,37 @@ PackedMatrix pack_matrix(GgmlType type, const uint8_t* data, int64_t cols, int64
   return m;
 }
 
-void QuantActs::resize(int64_t t, int64_t c) {
+PackedMatrix pack_matrix_w8a8(GgmlType type, const uint8_t* data, int64_t cols, int64_t rows, float scale_factor) {
+  PackedMatrix m = shaped(type, data, cols, rows);
+  m.kind = PackedKind::kW8;
+  m.step_bytes = 256;
+  m.quad_bytes = m.nsteps * m.step_bytes;
+  m.q = aligned_alloc_zero(m.quads * m.quad_bytes);
+  m.rscale.assign(m.quads * 4, 0.0f);
+  m.rsum.assign(m.quads * 4, 0);
+  const TypeTraits* tt = type_traits(type);
+  std::vector<float> row(cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    tt->dequant_row(data + r * m.src_row_bytes, row.data(), cols);
+    float amax = 0;
+    for (float v : row) amax = std::max(amax, std::fabs(v));
+    const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+    int32_t sum = 0;
+    for (int64_t k = 0; k < cols; ++k) {
+      const int v = (int)std::nearbyint(row[k] * inv);
+      uint8_t* st = const_cast<uint8_t*>(m.step(r / 4, k / 64));
+      st[(r % 4) * 64 + k % 64] = (uint8_t)(int8_t)v;
+      sum += v;
+    }
+    m.rscale[r] = amax / 127.0f * scale_factor;
+    m.rsum[r] = sum;
+  }
+  return m;
+}
+
+void QuantActs::resize(int64_t t, int64_t c, bool pt) {
+  per_token = pt;
+  if (pt && (int64_t)td.size() < t) td.resize(t);
   T = t;
   cols = c;
   cols_pad = (c + 63) / 64 * 64;
@@ -210,7 +255,43 @@ inline void quantize_block32(const float* x, int8_t* q, float* d, float* s) {
 
 }  // namespace
 
+namespace {
+
+// One token's row quantized with a single scale (kW8's activations); padding is zero.
+void quantize_token(const float* x, int64_t cols, int64_t cols_pad, int8_t* q, float* td) {
+  __m256 m = _mm256_setzero_ps();
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  int64_t k = 0;
+  for (; k + 8 <= cols; k += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + k)));
+  alignas(32) float mm[8];
+  _mm256_store_ps(mm, m);
+  float amax = 0;
+  for (float v : mm) amax = std::max(amax, v);
+  for (; k < cols; ++k) amax = std::max(amax, std::fabs(x[k]));
+  const float id = amax > 0 ? 127.0f / amax : 0.0f;
+  *td = amax / 127.0f;
+  const __m256 vid = _mm256_set1_ps(id);
+  k = 0;
+  for (; k + 32 <= cols; k += 32) {
+    auto qv = [&](int o) {
+      return _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k + o), vid));  // rounds to nearest even
+    };
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(qv(0), qv(8)), _mm256_packs_epi32(qv(16), qv(24)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + k),
+                        _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  }
+  for (; k < cols; ++k) q[k] = (int8_t)std::nearbyint(x[k] * id);
+  for (; k < cols_pad; ++k) q[k] = 0;
+}
+
+}  // namespace
+
 void quantize_acts(const float* X, int64_t t0, int64_t t1, QuantActs& qa) {
+  if (qa.per_token) {
+    for (int64_t t = t0; t < t1; ++t)
+      quantize_token(X + t * qa.cols, qa.cols, qa.cols_pad, qa.qs.data() + t * qa.cols_pad, &qa.td[t]);
+    return;
+  }
   for (int64_t t = t0; t < t1; ++t) {
     const float* x = X + t * qa.cols;
     int8_t* q = qa.qs.data() + t * qa.cols_pad;
@@ -230,6 +311,7 @@ void gemm_rows(const MatmulKernels& k, const PackedMatrix& W, const QuantActs& A
   switch (W.kind) {
     case PackedKind::kQ4: k.gemm_q4(W, A, r0, r1, Y, ldy); return;
     case PackedKind::kQ8: k.gemm_q8(W, A, r0, r1, Y, ldy); return;
+    case PackedKind::kW8: k.gemm_w8(W, A, r0, r1, Y, ldy); return;
     case PackedKind::kRows: {
       // Types without an integer layout: dequantize each row once, then float dot products
       // (AVX2 FMA) with every token's float activations.

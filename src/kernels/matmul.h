@@ -13,6 +13,10 @@
 //   kQ8 step: u8 values of rows 0..3 (64 bytes each), then d[8]
 // where d[8] / c[8] = (row0 block 2j, row0 block 2j+1, row1 block 2j, ...). Scales are fp16 when
 // that is exact (Q4_0, Q4_1, Q8_0 store fp16) and f32 otherwise (Q4_K's d*scale products).
+//   kW8  (W8A8, any GGUF type, docs/quantization.md): value = rscale[r] * s, s int8 in -127..127,
+//        one scale per output row (symmetric, amax / 127), stored signed in kQ8's value layout
+//        with no per-block scales; rsum[r] = sum of row r's s (the VNNI offset correction).
+//        Its activations are quantized per token (one scale over the whole row), not per block.
 // Activations are quantized per token in blocks of 32 to int8 (d = amax/127), with
 // s[b] = d[b] * sum(q) kept for the c-term, as llama.cpp does for its Q8_1 activations.
 #pragma once
@@ -32,7 +36,7 @@ struct AlignedFree { void operator()(void* p) const; };
 using AlignedPtr = std::unique_ptr<uint8_t[], AlignedFree>;
 AlignedPtr aligned_alloc_zero(size_t bytes);
 
-enum class PackedKind { kQ4, kQ8, kRows };
+enum class PackedKind { kQ4, kQ8, kRows, kW8 };
 
 struct PackedMatrix {
   PackedKind kind = PackedKind::kRows;
@@ -44,6 +48,8 @@ struct PackedMatrix {
   int64_t quads = 0;      // groups of 4 rows
   size_t step_bytes = 0, quad_bytes = 0;
   AlignedPtr q;
+  std::vector<float> rscale;   // kW8: per row (quads * 4, padding rows 0)
+  std::vector<int32_t> rsum;   // kW8: per row
   // kRows: the original data.
   GgmlType src_type = GgmlType::kF32;
   const uint8_t* src = nullptr;
@@ -52,8 +58,8 @@ struct PackedMatrix {
   const uint8_t* step(int64_t quad, int64_t j) const { return q.get() + quad * quad_bytes + j * step_bytes; }
   size_t value_bytes() const { return kind == PackedKind::kQ4 ? 128 : 256; }  // per step
   // Accessors (slow; for references, tests and the embedding lookup).
-  int raw(int64_t r, int64_t k) const;   // u in 0..15 (kQ4) or s in -128..127 (kQ8)
-  float d(int64_t r, int64_t b) const;
+  int raw(int64_t r, int64_t k) const;   // u in 0..15 (kQ4) or s in -128..127 (kQ8, kW8)
+  float d(int64_t r, int64_t b) const;   // kW8: the row's scale
   float c(int64_t r, int64_t b) const;   // kQ4 only
   float value(int64_t r, int64_t k) const;
   size_t bytes() const;  // bytes read by one full pass over the matrix
@@ -63,14 +69,20 @@ struct PackedMatrix {
 // kQ4/kQ8; others become kRows pointing at `data` (which must then outlive the matrix).
 // Kernels compute whole quads; a row range [r0, r1) may start or end inside a quad.
 PackedMatrix pack_matrix(GgmlType type, const uint8_t* data, int64_t cols, int64_t rows);
+// W8A8: dequantizes each row of any supported type and requantizes it to int8 per row (kW8).
+// `scale_factor` multiplies the stored scales (1; the lab's badscale fault breaks it on purpose).
+PackedMatrix pack_matrix_w8a8(GgmlType type, const uint8_t* data, int64_t cols, int64_t rows, float scale_factor = 1.0f);
 
 // Quantized activations for T tokens of `cols` elements.
+// Per block (kQ4, kQ8): d and s per 32-block. Per token (kW8): td[t] = amax / 127 of the whole row.
 struct QuantActs {
   int64_t T = 0, cols = 0, cols_pad = 0, nb = 0;
+  bool per_token = false;
   std::vector<int8_t> qs;     // T * cols_pad
   std::vector<float> d, s;    // T * nb
+  std::vector<float> td;      // T (per_token)
   const float* x = nullptr;   // the float activations (for kRows), row stride = cols
-  void resize(int64_t T, int64_t cols);
+  void resize(int64_t T, int64_t cols, bool per_token = false);
 };
 
 // Quantizes tokens [t0, t1) of X (row stride cols) into qa (qa.resize done by the caller).
@@ -80,6 +92,7 @@ void quantize_acts(const float* X, int64_t t0, int64_t t1, QuantActs& qa);
 struct MatmulKernels {
   void (*gemm_q4)(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy);
   void (*gemm_q8)(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy);
+  void (*gemm_w8)(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy);
 };
 const MatmulKernels& matmul_kernels(Isa isa);
 const MatmulKernels& matmul_kernels_scalar();
@@ -95,7 +108,10 @@ struct MatmulJob {
   float* Y;
   int64_t ldy;
 };
-// Runs every job (all with W->cols == qa.cols) in one parallel region, rows split across threads.
+// Whether products with W need per-token activations (kW8) rather than per-block ones.
+inline bool wants_per_token(const PackedMatrix& W) { return W.kind == PackedKind::kW8; }
+
+// Runs every job (all with W->cols == qa.cols, all of one activation kind) in one parallel region, rows split across threads.
 // `region` names the region in traces (a string literal).
 void matmul_parallel(const MatmulKernels& k, ThreadPool& pool, const QuantActs& qa, const MatmulJob* jobs, int n_jobs,
                      const char* region = "matmul");

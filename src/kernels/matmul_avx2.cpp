@@ -87,6 +87,50 @@ void gemm(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, flo
   }
 }
 
+// W8A8: signed weights and activations; maddubs needs an unsigned operand, so it multiplies
+// |a| by w carrying a's sign (both within +-127: no 16-bit saturation), as llama.cpp does.
+template <int T>
+void quad_w8(const PackedMatrix& W, const QuantActs& A, int64_t g, int64_t t0, int lo, int hi, float* Y, int64_t ldy) {
+  __m256i acc[4][T];
+  for (int r = 0; r < 4; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int8_t* arow[T];
+  for (int t = 0; t < T; ++t) arow[t] = A.qs.data() + (t0 + t) * A.cols_pad;
+  const uint8_t* st = W.step(g, 0);
+  for (int64_t j = 0; j < W.nsteps; ++j, st += W.step_bytes) {
+    for (int h = 0; h < 2; ++h) {
+      __m256i w[4];
+      for (int r = 0; r < 4; ++r) w[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st + 64 * r + 32 * h));
+      for (int t = 0; t < T; ++t) {
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(arow[t] + 64 * j + 32 * h));
+        const __m256i au = _mm256_sign_epi8(a, a);
+        for (int r = 0; r < 4; ++r) {
+          const __m256i p16 = _mm256_maddubs_epi16(au, _mm256_sign_epi8(w[r], a));
+          acc[r][t] = _mm256_add_epi32(acc[r][t], _mm256_madd_epi16(p16, ones));
+        }
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int r = lo; r < hi; ++r) {
+      __m128i s = _mm_add_epi32(_mm256_castsi256_si128(acc[r][t]), _mm256_extracti128_si256(acc[r][t], 1));
+      s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+      s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+      Y[(t0 + t) * ldy + g * 4 + r] = (float)_mm_cvtsi128_si32(s) * (W.rscale[g * 4 + r] * A.td[t0 + t]);
+    }
+}
+
+void gemm_w8(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy) {
+  for (int64_t g = r0 / 4; g * 4 < r1; ++g) {
+    const int lo = (int)std::max<int64_t>(0, r0 - g * 4);
+    const int hi = (int)std::min<int64_t>({4, r1 - g * 4, W.rows - g * 4});
+    int64_t t = 0;
+    for (; t + 2 <= A.T; t += 2) quad_w8<2>(W, A, g, t, lo, hi, Y, ldy);
+    if (t < A.T) quad_w8<1>(W, A, g, t, lo, hi, Y, ldy);
+  }
+}
+
 void gemm_q4(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy) {
   if (W.f32_scales) gemm<true, true>(W, A, r0, r1, Y, ldy);
   else gemm<true, false>(W, A, r0, r1, Y, ldy);
@@ -95,7 +139,7 @@ void gemm_q4(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, 
 }  // namespace
 
 const MatmulKernels& matmul_kernels_avx2() {
-  static const MatmulKernels k{gemm_q4, gemm<false, false>};
+  static const MatmulKernels k{gemm_q4, gemm<false, false>, gemm_w8};
   return k;
 }
 

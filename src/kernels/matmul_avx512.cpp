@@ -96,9 +96,10 @@ void quad(const PackedMatrix& W, const QuantActs& A, int64_t g, int64_t t0, int 
   }
 }
 
-template <bool kIsQ4, bool kF32>
-void gemm(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy) {
-  // Token chunks keep a chunk's activations in L1/L2 while the row quads stream through.
+// Runs quad<T>(g, t0, lo, hi) over the row quads of [r0, r1) and all tokens, T = 4 tokens at a time.
+// Token chunks keep a chunk's activations in L1/L2 while the row quads stream through.
+template <typename Quad>
+void drive(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, Quad&& quad) {
   constexpr int64_t kTokChunk = 64;
   for (int64_t tc = 0; tc < A.T; tc += kTokChunk) {
     const int64_t te = std::min(A.T, tc + kTokChunk);
@@ -106,15 +107,59 @@ void gemm(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, flo
       const int lo = (int)std::max<int64_t>(0, r0 - g * 4);
       const int hi = (int)std::min<int64_t>({4, r1 - g * 4, W.rows - g * 4});
       int64_t t = tc;
-      for (; t + 4 <= te; t += 4) quad<kIsQ4, kF32, 4>(W, A, g, t, lo, hi, Y, ldy);
+      for (; t + 4 <= te; t += 4) quad.template operator()<4>(g, t, lo, hi);
       switch (te - t) {
-        case 3: quad<kIsQ4, kF32, 3>(W, A, g, t, lo, hi, Y, ldy); break;
-        case 2: quad<kIsQ4, kF32, 2>(W, A, g, t, lo, hi, Y, ldy); break;
-        case 1: quad<kIsQ4, kF32, 1>(W, A, g, t, lo, hi, Y, ldy); break;
+        case 3: quad.template operator()<3>(g, t, lo, hi); break;
+        case 2: quad.template operator()<2>(g, t, lo, hi); break;
+        case 1: quad.template operator()<1>(g, t, lo, hi); break;
         default: break;
       }
     }
   }
+}
+
+template <bool kIsQ4, bool kF32>
+void gemm(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy) {
+  drive(W, A, r0, r1, [&]<int T>(int64_t g, int64_t t, int lo, int hi) { quad<kIsQ4, kF32, T>(W, A, g, t, lo, hi, Y, ldy); });
+}
+
+// W8A8: vpdpbusd wants u8 x s8, so activations are offset by 128 on load (a ^ 0x80) and the
+// row's 128 * sum(w) is subtracted at the end; whole rows accumulate in int32 and are scaled once.
+template <int T>
+void quad_w8(const PackedMatrix& W, const QuantActs& A, int64_t g, int64_t t0, int lo, int hi, float* Y, int64_t ldy) {
+  __m512i acc[4][T];
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r)
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_si512();
+  const __m512i flip = _mm512_set1_epi8((char)0x80);
+  const int8_t* arow[T];
+  for (int t = 0; t < T; ++t) arow[t] = A.qs.data() + (t0 + t) * A.cols_pad;
+  const uint8_t* st = W.step(g, 0);
+  for (int64_t j = 0; j < W.nsteps; ++j, st += W.step_bytes) {
+    _mm_prefetch(reinterpret_cast<const char*>(st + 4 * W.step_bytes), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(st + 4 * W.step_bytes + 64), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(st + 4 * W.step_bytes + 128), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(st + 4 * W.step_bytes + 192), _MM_HINT_T0);
+    __m512i w[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) w[r] = _mm512_loadu_si512(st + 64 * r);
+#pragma GCC unroll 4
+    for (int t = 0; t < T; ++t) {
+      const __m512i a = _mm512_xor_si512(_mm512_loadu_si512(arow[t] + 64 * j), flip);
+#pragma GCC unroll 4
+      for (int r = 0; r < 4; ++r) acc[r][t] = _mm512_dpbusd_epi32(acc[r][t], a, w[r]);
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int r = lo; r < hi; ++r) {
+      const int32_t isum = _mm512_reduce_add_epi32(acc[r][t]) - 128 * W.rsum[g * 4 + r];
+      Y[(t0 + t) * ldy + g * 4 + r] = (float)isum * (W.rscale[g * 4 + r] * A.td[t0 + t]);
+    }
+}
+
+void gemm_w8(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy) {
+  drive(W, A, r0, r1, [&]<int T>(int64_t g, int64_t t, int lo, int hi) { quad_w8<T>(W, A, g, t, lo, hi, Y, ldy); });
 }
 
 void gemm_q4(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy) {
@@ -125,7 +170,7 @@ void gemm_q4(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, 
 }  // namespace
 
 const MatmulKernels& matmul_kernels_avx512() {
-  static const MatmulKernels k{gemm_q4, gemm<false, false>};
+  static const MatmulKernels k{gemm_q4, gemm<false, false>, gemm_w8};
   return k;
 }
 

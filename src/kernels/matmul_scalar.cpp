@@ -24,10 +24,22 @@ void gemm_scalar(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t 
   }
 }
 
+// W8A8: one integer dot per (token, row), scaled once.
+void gemm_w8_scalar(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy) {
+  for (int64_t t = 0; t < A.T; ++t) {
+    const int8_t* a = A.qs.data() + t * A.cols_pad;
+    for (int64_t r = r0; r < r1; ++r) {
+      int32_t isum = 0;
+      for (int64_t k = 0; k < W.cols; ++k) isum += W.raw(r, k) * a[k];
+      Y[t * ldy + r] = (float)isum * (W.rscale[r] * A.td[t]);
+    }
+  }
+}
+
 }  // namespace
 
 const MatmulKernels& matmul_kernels_scalar() {
-  static const MatmulKernels k{gemm_scalar, gemm_scalar};
+  static const MatmulKernels k{gemm_scalar, gemm_scalar, gemm_w8_scalar};
   return k;
 }
 

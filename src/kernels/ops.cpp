@@ -5,6 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/fp16.h"
 
 namespace ouro {
 
@@ -93,39 +97,171 @@ void softmax_inplace(float* x, int64_t n) {
 void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t n_keys, int head_dim,
                 float scale, float* scores, float* out) {
   const int block0 = 0;
-  attend_paged(q, k, v, KvPages{&block0, std::max<int64_t>(n_keys, 1), 0, stride}, n_keys, head_dim, scale, scores, out);
+  const int64_t rb = stride * 4;
+  const KvPages pg{&block0, std::max<int64_t>(n_keys, 1),
+                   KvSide{reinterpret_cast<const uint8_t*>(k), KvType::kF32, rb, 0, 0, 0},
+                   KvSide{reinterpret_cast<const uint8_t*>(v), KvType::kF32, rb, 0, 0, 0}};
+  attend_paged(q, pg, n_keys, head_dim, scale, scores, out);
 }
 
-void attend_paged(const float* q, const float* k, const float* v, const KvPages& pg, int64_t n_keys, int head_dim,
-                  float scale, float* scores, float* out) {
-  // Visits the keys block by block: fn(first position, rows in this block, row offset of its first row).
-  auto for_blocks = [&](auto&& fn) {
-    for (int64_t p0 = 0, b = 0; p0 < n_keys; p0 += pg.block_size, ++b)
-      fn(p0, std::min(pg.block_size, n_keys - p0), (int64_t)pg.blocks[b] * pg.block_floats);
+namespace {
+
+// 8 consecutive values of a row as floats, before the row's scale (fp8 codes come out as
+// value * 2^-8: the E4M3 bits are placed in an IEEE half, whose bias is 8 more; the 256 is folded
+// into the scale by kv_scale_of).
+// E4M3 codes (in the low bytes of 16-bit lanes) as IEEE half bits: the sign stays at bit 15 and
+// eeee.mmm moves to bits 13..7, so a half reads value * 2^-8 (its bias is 8 more; the 256 is folded
+// into the scale by kv_scale_of), subnormals included. E4M3's NaN (s.1111.111) would read as 480:
+// it becomes a half NaN.
+inline __m256i fp8_to_half16(__m256i b) {
+  __m256i h = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(b, 8), 1), _mm256_set1_epi16((short)0xbfff));
+  const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7f)), _mm256_set1_epi16(0x7f));
+  return _mm256_or_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7e00)));
+}
+
+// 8 consecutive values of a row as floats, before the row's scale.
+template <KvType T>
+inline __m256 load8(const uint8_t* p) {
+  if constexpr (T == KvType::kF32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  } else if constexpr (T == KvType::kBF16) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  } else if constexpr (T == KvType::kFP8) {
+    const __m256i b = _mm256_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(fp8_to_half16(b)));
+  } else {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+}
+
+// 16 consecutive values: fp8 converts them in one 256-bit pass, the others are two load8s.
+template <KvType T>
+inline void load16(const uint8_t* p, __m256* lo, __m256* hi) {
+  if constexpr (T == KvType::kFP8) {
+    const __m256i h = fp8_to_half16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+    *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+  } else {
+    *lo = load8<T>(p);
+    *hi = load8<T>(p + 8 * kv_elem_bytes(T));
+  }
+}
+
+template <KvType T>
+inline float kv_scale_of(const uint8_t* row, const KvSide& s) {
+  if constexpr (T == KvType::kF32 || T == KvType::kBF16) {
+    (void)row; (void)s;
+    return 1.0f;
+  } else {
+    float f;
+    std::memcpy(&f, row + s.scale_off, 4);
+    return T == KvType::kFP8 ? f * 256.0f : f;
+  }
+}
+
+template <KvType T>
+inline float dot_row(const float* q, const uint8_t* p, int hd) {
+  if constexpr (T == KvType::kF32) {
+    return dot_f32(q, reinterpret_cast<const float*>(p), hd);
+  } else {
+    constexpr int eb = (int)(T == KvType::kBF16 ? 2 : 1);
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= hd; i += 16) {
+      __m256 lo, hi;
+      load16<T>(p + i * eb, &lo, &hi);
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), lo, a0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), hi, a1);
+    }
+    if (i < hd) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8<T>(p + i * eb), a0);
+    return hsum256(_mm256_add_ps(a0, a1));
+  }
+}
+
+// Any head_dim, any types: through the scalar decoder (slow; head dims that are not a multiple of 8).
+void attend_generic(const float* q, const KvPages& pg, int64_t n_keys, int hd, float scale, float* scores, float* out) {
+  std::vector<float> row;
+  auto value = [&](const KvSide& s, int64_t p, int i) -> float {
+    const uint8_t* r = s.base + (int64_t)pg.blocks[p / pg.block_size] * s.block_bytes + (p % pg.block_size) * s.row_bytes;
+    const uint8_t* d = r + s.data_off;
+    float sc = 1.0f;
+    if (kv_scaled(s.type)) std::memcpy(&sc, r + s.scale_off, 4);
+    switch (s.type) {
+      case KvType::kF32: { float f; std::memcpy(&f, d + 4 * i, 4); return f; }
+      case KvType::kBF16: { uint16_t h; std::memcpy(&h, d + 2 * i, 2); return bf16_to_fp32(h); }
+      case KvType::kFP8: return fp8_e4m3_decode(d[i]) * sc;
+      case KvType::kInt8: return (float)(int8_t)d[i] * sc;
+    }
+    return 0;
   };
-  for_blocks([&](int64_t p0, int64_t n, int64_t off) {
-    for (int64_t r = 0; r < n; ++r) scores[p0 + r] = dot_f32(q, k + off + r * pg.stride, head_dim) * scale;
+  for (int64_t p = 0; p < n_keys; ++p) {
+    float s = 0;
+    for (int i = 0; i < hd; ++i) s += q[i] * value(pg.k, p, i);
+    scores[p] = s * scale;
+  }
+  softmax_inplace(scores, n_keys);
+  for (int i = 0; i < hd; ++i) out[i] = 0;
+  for (int64_t p = 0; p < n_keys; ++p)
+    for (int i = 0; i < hd; ++i) out[i] += scores[p] * value(pg.v, p, i);
+}
+
+template <KvType KT, KvType VT>
+void attend_typed(const float* q, const KvPages& pg, int64_t n_keys, int hd, float scale, float* scores, float* out) {
+  // Visits the keys block by block: fn(first position, rows in this block, block index).
+  auto for_blocks = [&](auto&& fn) {
+    for (int64_t p0 = 0, b = 0; p0 < n_keys; p0 += pg.block_size, ++b) fn(p0, std::min(pg.block_size, n_keys - p0), pg.blocks[b]);
+  };
+  const KvSide& K = pg.k;
+  const KvSide& V = pg.v;
+  for_blocks([&](int64_t p0, int64_t n, int blk) {
+    const uint8_t* r = K.base + (int64_t)blk * K.block_bytes;
+    for (int64_t i = 0; i < n; ++i, r += K.row_bytes)
+      scores[p0 + i] = dot_row<KT>(q, r + K.data_off, hd) * (kv_scale_of<KT>(r, K) * scale);
   });
   softmax_inplace(scores, n_keys);
-  for (int i = 0; i < head_dim; ++i) out[i] = 0;
-  if (head_dim % 8 == 0 && head_dim <= 256) {
-    __m256 acc[32];
-    const int nv = head_dim / 8;
-    for (int c = 0; c < nv; ++c) acc[c] = _mm256_setzero_ps();
-    for_blocks([&](int64_t p0, int64_t n, int64_t off) {
-      for (int64_t r = 0; r < n; ++r) {
-        const __m256 w = _mm256_set1_ps(scores[p0 + r]);
-        const float* vp = v + off + r * pg.stride;
-        for (int c = 0; c < nv; ++c) acc[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vp + 8 * c), acc[c]);
+  constexpr int veb = (int)kv_elem_bytes(VT);
+  __m256 acc[32];
+  const int nv = hd / 8;
+  for (int c = 0; c < nv; ++c) acc[c] = _mm256_setzero_ps();
+  for_blocks([&](int64_t p0, int64_t n, int blk) {
+    const uint8_t* r = V.base + (int64_t)blk * V.block_bytes;
+    for (int64_t i = 0; i < n; ++i, r += V.row_bytes) {
+      const __m256 w = _mm256_set1_ps(scores[p0 + i] * kv_scale_of<VT>(r, V));
+      const uint8_t* vp = r + V.data_off;
+      int c = 0;
+      for (; c + 2 <= nv; c += 2) {
+        __m256 lo, hi;
+        load16<VT>(vp + 8 * c * veb, &lo, &hi);
+        acc[c] = _mm256_fmadd_ps(w, lo, acc[c]);
+        acc[c + 1] = _mm256_fmadd_ps(w, hi, acc[c + 1]);
       }
-    });
-    for (int c = 0; c < nv; ++c) _mm256_storeu_ps(out + 8 * c, acc[c]);
-    return;
-  }
-  for_blocks([&](int64_t p0, int64_t n, int64_t off) {
-    for (int64_t r = 0; r < n; ++r)
-      for (int i = 0; i < head_dim; ++i) out[i] += scores[p0 + r] * v[off + r * pg.stride + i];
+      if (c < nv) acc[c] = _mm256_fmadd_ps(w, load8<VT>(vp + 8 * c * veb), acc[c]);
+    }
   });
+  for (int c = 0; c < nv; ++c) _mm256_storeu_ps(out + 8 * c, acc[c]);
+}
+
+template <KvType KT>
+void attend_k(const float* q, const KvPages& pg, int64_t n_keys, int hd, float scale, float* scores, float* out) {
+  switch (pg.v.type) {
+    case KvType::kF32: return attend_typed<KT, KvType::kF32>(q, pg, n_keys, hd, scale, scores, out);
+    case KvType::kBF16: return attend_typed<KT, KvType::kBF16>(q, pg, n_keys, hd, scale, scores, out);
+    case KvType::kFP8: return attend_typed<KT, KvType::kFP8>(q, pg, n_keys, hd, scale, scores, out);
+    case KvType::kInt8: return attend_typed<KT, KvType::kInt8>(q, pg, n_keys, hd, scale, scores, out);
+  }
+}
+
+}  // namespace
+
+void attend_paged(const float* q, const KvPages& pg, int64_t n_keys, int hd, float scale, float* scores, float* out) {
+  if (hd % 8 != 0 || hd > 256) return attend_generic(q, pg, n_keys, hd, scale, scores, out);
+  switch (pg.k.type) {
+    case KvType::kF32: return attend_k<KvType::kF32>(q, pg, n_keys, hd, scale, scores, out);
+    case KvType::kBF16: return attend_k<KvType::kBF16>(q, pg, n_keys, hd, scale, scores, out);
+    case KvType::kFP8: return attend_k<KvType::kFP8>(q, pg, n_keys, hd, scale, scores, out);
+    case KvType::kInt8: return attend_k<KvType::kInt8>(q, pg, n_keys, hd, scale, scores, out);
+  }
 }
 
 }  // namespace ouro

@@ -3,6 +3,8 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/kv_types.h"
+
 namespace ouro {
 
 // y = x * rsqrt(mean(x^2) + eps) * w, n elements.
@@ -24,15 +26,24 @@ void softmax_inplace(float* x, int64_t n);
 void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t n_keys, int head_dim,
                 float scale, float* scores, float* out);
 
-// The same through a block table (paged KV cache): position p's key is row p % block_size of block
-// blocks[p / block_size], which starts block_floats floats after k (likewise v). With one block
-// the arithmetic, and so the result, is exactly attend_one's.
+// The same through a block table (paged KV cache) over rows of any KV type (kernels/kv_types.h):
+// position p's key is row p % block_size of block blocks[p / block_size]. A side (K or V) names
+// its layer's storage: row r of block b starts at base + b * block_bytes + r * row_bytes; the head
+// read starts data_off bytes into the row and, for scaled types, its f32 scale scale_off bytes in.
+// Rows are dequantized in registers (no copy). With f32 rows in one block the arithmetic, and so
+// the result, is exactly attend_one's.
+struct KvSide {
+  const uint8_t* base;
+  KvType type;
+  int64_t row_bytes, block_bytes, data_off, scale_off;
+};
 struct KvPages {
   const int* blocks;
-  int64_t block_size, block_floats, stride;
+  int64_t block_size;
+  KvSide k, v;
 };
-void attend_paged(const float* q, const float* k, const float* v, const KvPages& pages, int64_t n_keys, int head_dim,
-                  float scale, float* scores, float* out);
+void attend_paged(const float* q, const KvPages& pages, int64_t n_keys, int head_dim, float scale, float* scores,
+                  float* out);
 
 float dot_f32(const float* a, const float* b, int64_t n);
 

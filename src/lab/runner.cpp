@@ -1,4 +1,5 @@
 #include "lab/runner.h"
+#include "runtime/quality.h"
 
 #include <algorithm>
 #include <chrono>
@@ -187,6 +188,7 @@ Expected<NpyF32> kernel_output(const Ctx& c, const SideExec& s, uint64_t seed, c
 struct Agreement {
   double top1_sum = 0, top1_n = 0, max_abs = 0, greedy_same = 0, greedy_n = 0, first_div = 1e300;
   double max_rel = 0, exact = 1, max_ref = 0;
+  std::vector<double> kl;  // KL(baseline || candidate) of each scored position's next-token distribution
   void add_engine(const Outputs& b, const Outputs& c, int greedy_len) {
     const auto& x = b.logits;
     const auto& y = c.logits;
@@ -205,6 +207,8 @@ struct Agreement {
           const double diff = std::fabs((double)a[k] - d[k]);
           max_abs = std::max(max_abs, std::isnan(diff) ? INFINITY : diff);
         }
+        const double k = kl_divergence(a, d, (int64_t)cols);
+        kl.push_back(std::isnan(k) ? INFINITY : k);
         top1_sum += ia == id;
         top1_n += 1;
       }
@@ -230,8 +234,11 @@ struct Agreement {
     }
   }
   json engine_json() const {
+    double kl_mean = 0;
+    for (double v : kl) kl_mean += v / (double)kl.size();
     return {{"top1_agreement", top1_n ? top1_sum / top1_n : 0.0}, {"max_abs_logit_diff", max_abs},
-            {"greedy_match", greedy_n ? greedy_same / greedy_n : 0.0}, {"first_divergence", first_div > 1e299 ? 0.0 : first_div}};
+            {"greedy_match", greedy_n ? greedy_same / greedy_n : 0.0}, {"first_divergence", first_div > 1e299 ? 0.0 : first_div},
+            {"kl_mean", kl.empty() ? INFINITY : kl_mean}, {"kl_max", kl.empty() ? INFINITY : quantile(kl, 1.0)}};
   }
   json kernel_json() const {
     const double rel = max_abs == 0 ? 0.0 : max_abs / std::max(max_ref, 1e-30);
@@ -296,6 +303,7 @@ Expected<Sample> timed_run(const Ctx& c, const SideExec& s, const std::string& t
   } else {
     argv = {"bench", "--json", "--prompt-len", std::to_string(sp.workload.prompt_len), "--gen-len",
             std::to_string(sp.workload.gen_len), "--repeats", std::to_string(sp.workload.bench_repeats), "--warmup", "1"};
+    if (sp.workload.depth > 0) argv.insert(argv.end(), {"--depth", std::to_string(sp.workload.depth)});
     if (sp.trace) {
       out.trace = c.run_dir + "/trace-" + tag + ".json";
       argv.insert(argv.end(), {"--trace", out.trace});

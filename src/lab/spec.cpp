@@ -15,7 +15,7 @@ namespace {
 const std::vector<std::string> kEngineMetrics = {"prefill_tok_s", "decode_tok_s", "peak_rss_mib", "wall_s"};
 const std::vector<std::string> kKernelMetrics = {"ns_per_op", "gb_s", "gflops", "peak_rss_mib", "wall_s"};
 const std::vector<std::string> kEngineCorrectness = {"top1_agreement", "max_abs_logit_diff", "greedy_match",
-                                                     "first_divergence"};
+                                                     "first_divergence", "kl_mean", "kl_max"};
 const std::vector<std::string> kKernelCorrectness = {"max_abs_diff", "max_rel_diff", "exact"};
 const std::vector<std::string> kServeMetrics = {"output_tok_s", "request_throughput", "ttft_p50_s", "ttft_p99_s",
                                                 "tpot_p50_s", "itl_p50_s", "e2e_p50_s", "e2e_p99_s", "peak_rss_mib", "wall_s"};
@@ -171,6 +171,8 @@ Status read_workload(Reader& top, Spec& s, const std::string& file, const std::s
   if (Status x = r.str("prompts_file", w.prompts_file); !x) return x;
   if (Status x = r.integer("threads", w.threads, 0, 1024); !x) return x;
   if (Status x = r.integer("bench_repeats", w.bench_repeats, 1, 100); !x) return x;
+  if (Status x = r.integer("depth", w.depth, 0, 1 << 20); !x) return x;
+  if (w.depth > 0 && s.level != Level::kEngine) return r.err("depth", "only engine-level specs take a cache depth");
   if (Status x = r.integer("greedy_tokens", w.greedy_tokens, 0, 1024); !x) return x;
   if (Status x = r.str("kernel", w.kernel); !x) return x;
   if (Status x = r.strings("kernel_args", w.kernel_args); !x) return x;
@@ -427,6 +429,7 @@ nlohmann::json spec_to_json(const Spec& s) {
     wl["prompts"] = w.prompts;
     wl["bench_repeats"] = w.bench_repeats;
     wl["greedy_tokens"] = w.greedy_tokens;
+    if (w.depth > 0) wl["depth"] = w.depth;  // absent when 0: older records keep their identity
   }
   nlohmann::json crit = nlohmann::json::array();
   for (const auto& c : s.criteria) crit.push_back({{"expr", c.text}, {"source", c.source}});

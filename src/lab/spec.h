@@ -35,6 +35,7 @@ struct Workload {
   std::vector<unsigned long long> seeds{1};
   int threads = 0;  // 0: the engine's default
   int bench_repeats = 1;  // repeats inside one bench process (the run's sample is their median)
+  int depth = 0;          // engine: tokens already cached before each pp/tg measurement (bench --depth)
   // kernel/op: `ouro microbench KERNEL ARGS...`
   std::string kernel;
   std::vector<std::string> kernel_args;

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <new>
+#include <stdexcept>
 
 #include "core/fault.h"
 #include "core/thread_pool.h"
@@ -43,7 +45,63 @@ Expected<uint64_t> get_hparam(const GgufFile& f, const std::string& key, uint64_
 
 }  // namespace
 
-Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& path) {
+namespace {
+
+enum W8Op { kOpQkv, kOpO, kOpGateUp, kOpDown, kOpHead, kNumW8Ops };
+const char* const kW8OpNames[kNumW8Ops] = {"qkv", "o", "gate_up", "down", "head"};
+
+struct W8Plan {
+  bool on = false;
+  bool ops[kNumW8Ops] = {};
+  std::vector<bool> layers;
+  std::string desc = "native";
+};
+
+Expected<W8Plan> plan_w8a8(const WeightRequest& wr, int n_layer) {
+  W8Plan p;
+  if (wr.mode != "native" && wr.mode != "w8a8")
+    return usage_error("flag --weights: '" + wr.mode + "' is not one of native, w8a8");
+  if (wr.mode == "native") {
+    if (!wr.ops.empty() || !wr.layers.empty()) return usage_error("--w8a8-ops and --w8a8-layers need --weights w8a8");
+    return p;
+  }
+  p.on = true;
+  const std::string ops = wr.ops.empty() ? "qkv,o,gate_up,down" : wr.ops;
+  size_t i = 0;
+  while (i <= ops.size()) {
+    size_t j = ops.find(',', i);
+    if (j == std::string::npos) j = ops.size();
+    const std::string name = ops.substr(i, j - i);
+    int k = 0;
+    while (k < kNumW8Ops && name != kW8OpNames[k]) ++k;
+    if (k == kNumW8Ops) return usage_error("flag --w8a8-ops: unknown op '" + name + "' (known: qkv, o, gate_up, down, head)");
+    if (p.ops[k]) return usage_error("flag --w8a8-ops: '" + name + "' is listed twice");
+    p.ops[k] = true;
+    i = j + 1;
+  }
+  p.layers.assign(n_layer, wr.layers.empty());
+  if (!wr.layers.empty()) {
+    i = 0;
+    while (i <= wr.layers.size()) {
+      size_t j = wr.layers.find(',', i);
+      if (j == std::string::npos) j = wr.layers.size();
+      int lo, hi;
+      if (Status s = parse_layer_range(wr.layers.substr(i, j - i), n_layer, &lo, &hi); !s)
+        return usage_error("flag --w8a8-layers: " + s.error().message);
+      for (int l = lo; l <= hi; ++l) {
+        if (p.layers[l]) return usage_error("flag --w8a8-layers: layer " + std::to_string(l) + " is listed twice");
+        p.layers[l] = true;
+      }
+      i = j + 1;
+    }
+  }
+  p.desc = "w8a8:" + ops + "@" + (wr.layers.empty() ? "all" : wr.layers);
+  return p;
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& path, const WeightRequest& wr, Isa isa) {
   auto fr = GgufFile::open(path);
   if (!fr) return fr.error();
   std::unique_ptr<LlamaModel> m(new LlamaModel());
@@ -109,9 +167,26 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& path) 
   if (emb->ne[0] != c.n_embd) return runtime_error(path + ": token_embd.weight width does not match embedding_length");
 
   const int64_t d = c.n_embd, hd = c.head_dim, q_dim = (int64_t)c.n_head * hd, kv_dim = (int64_t)c.n_head_kv * hd;
-  auto pack = [&](const std::string& name, int64_t cols, int64_t rows, PackedMatrix* out) -> Status {
+  auto plan = plan_w8a8(wr, c.n_layer);
+  if (!plan) return plan.error();
+  m->weights_desc_ = plan->desc;
+  if (plan->on && isa != Isa::kAvx512) {
+    static bool said = false;
+    if (!said)
+      std::fprintf(stderr, "ouro: W8A8 runs on the %s kernel (no AVX-512 VNNI in use: slower than on a VNNI CPU)\n",
+                   isa_name(isa));
+    said = true;
+  }
+  const float w8_fault = fault::w8a8_scale_factor();
+  // w8: requantize to W8A8 (kW8) instead of keeping the GGUF's blocks.
+  auto pack = [&](const std::string& name, int64_t cols, int64_t rows, PackedMatrix* out, bool w8 = false) -> Status {
     auto t = get_tensor(f, name, {cols, rows});
     if (!t) return t.error();
+    if (w8) {
+      if (!type_traits((*t)->type)) return runtime_error(path + ": tensor '" + name + "' has an unsupported type");
+      *out = pack_matrix_w8a8((*t)->type, (*t)->data, cols, rows, w8_fault);
+      return Ok{};
+    }
     *out = pack_matrix((*t)->type, (*t)->data, cols, rows);
     if (out->kind != PackedKind::kRows) f.release_pages((*t)->data, (*t)->nbytes);
     return Ok{};
@@ -124,9 +199,14 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& path) 
     return Ok{};
   };
   LlamaWeights& w = m->w_;
-  if (Status s = pack("token_embd.weight", d, c.n_vocab, &w.token_embd); !s) return s.error();
+  const bool head_w8 = plan->on && plan->ops[kOpHead];
   w.tied_output = f.tensor("output.weight") == nullptr;
-  if (!w.tied_output)
+  // A W8A8 head made from tied embeddings is its own matrix (the embedding lookup stays native).
+  if (head_w8 && w.tied_output)
+    if (Status s = pack("token_embd.weight", d, c.n_vocab, &w.output, true); !s) return s.error();
+  if (Status s = pack("token_embd.weight", d, c.n_vocab, &w.token_embd); !s) return s.error();
+  if (head_w8) w.tied_output = false;
+  else if (!w.tied_output)
     if (Status s = pack("output.weight", d, c.n_vocab, &w.output); !s)
       return runtime_error(s.error().message + " (the vocabulary size " + std::to_string(c.n_vocab) +
                            " comes from token_embd.weight)");
@@ -135,16 +215,17 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& path) 
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights& L = w.layers[l];
+    auto w8 = [&](W8Op op) { return plan->on && plan->ops[op] && plan->layers[l]; };
     Status steps[] = {
         norm(p + "attn_norm.weight", &L.attn_norm),
         norm(p + "ffn_norm.weight", &L.ffn_norm),
-        pack(p + "attn_q.weight", d, q_dim, &L.wq),
-        pack(p + "attn_k.weight", d, kv_dim, &L.wk),
-        pack(p + "attn_v.weight", d, kv_dim, &L.wv),
-        pack(p + "attn_output.weight", q_dim, d, &L.wo),
-        pack(p + "ffn_gate.weight", d, c.n_ff, &L.w_gate),
-        pack(p + "ffn_up.weight", d, c.n_ff, &L.w_up),
-        pack(p + "ffn_down.weight", c.n_ff, d, &L.w_down),
+        pack(p + "attn_q.weight", d, q_dim, &L.wq, w8(kOpQkv)),
+        pack(p + "attn_k.weight", d, kv_dim, &L.wk, w8(kOpQkv)),
+        pack(p + "attn_v.weight", d, kv_dim, &L.wv, w8(kOpQkv)),
+        pack(p + "attn_output.weight", q_dim, d, &L.wo, w8(kOpO)),
+        pack(p + "ffn_gate.weight", d, c.n_ff, &L.w_gate, w8(kOpGateUp)),
+        pack(p + "ffn_up.weight", d, c.n_ff, &L.w_up, w8(kOpGateUp)),
+        pack(p + "ffn_down.weight", c.n_ff, d, &L.w_down, w8(kOpDown)),
     };
     for (auto& s : steps)
       if (!s) return s.error();
@@ -171,12 +252,38 @@ void LlamaModel::embed(int token, float* out) const {
   for (int64_t k = 0; k < n; ++k) out[k] = e.value(token, k);
 }
 
-KvStore::KvStore(const LlamaConfig& c, int n_blocks, int block_size)
-    : n_layer_(c.n_layer), n_blocks_(n_blocks), block_size_(block_size), kv_dim_(c.n_head_kv * c.head_dim) {
-  const size_t bytes = (size_t)n_layer_ * n_blocks_ * block_floats() * sizeof(float);
-  k_ = LazyBuffer(bytes);
-  v_ = LazyBuffer(bytes);
-  if (!k_.ok() || !v_.ok()) throw std::bad_alloc();
+KvSpec KvStore::full_spec(const LlamaConfig& c, const KvSpec& spec) {
+  if (!spec.k.empty()) return spec;
+  KvSpec f;
+  f.k.assign(c.n_layer, KvType::kF32);
+  f.v.assign(c.n_layer, KvType::kF32);
+  return f;
+}
+
+KvStore::KvStore(const LlamaConfig& c, const KvSpec& spec, int n_blocks, int block_size)
+    : n_head_kv_(c.n_head_kv), head_dim_(c.head_dim), n_blocks_(n_blocks), block_size_(block_size),
+      spec_(full_spec(c, spec)) {
+  if ((int)spec_.k.size() != c.n_layer || (int)spec_.v.size() != c.n_layer) throw std::invalid_argument("KV spec layers");
+  size_t off = 0;
+  for (int l = 0; l < c.n_layer; ++l)
+    for (KvType t : {spec_.k[l], spec_.v[l]}) {
+      Region g;
+      g.type = t;
+      g.row_bytes = kv_row_bytes(t, n_head_kv_, head_dim_);
+      g.block_bytes = g.row_bytes * block_size_;
+      g.offset = off;
+      off += (g.block_bytes * n_blocks_ + 63) / 64 * 64;
+      reg_.push_back(g);
+    }
+  buf_ = LazyBuffer(off);
+  if (!buf_.ok()) throw std::bad_alloc();
+}
+
+KvSide KvStore::side(int layer, bool v, int head) const {
+  const Region& g = reg_[2 * layer + v];
+  const int64_t data = (int64_t)n_head_kv_ * head_dim_ * kv_elem_bytes(g.type);
+  return KvSide{buf_.bytes() + g.offset, g.type, (int64_t)g.row_bytes, (int64_t)g.block_bytes,
+                (int64_t)head * head_dim_ * (int64_t)kv_elem_bytes(g.type), data + 4 * head};
 }
 
 Workspace::Workspace(const LlamaConfig& c, int max_tokens) : max_tokens_(std::max(1, max_tokens)) {
@@ -198,12 +305,12 @@ Workspace::Workspace(const LlamaConfig& c, int max_tokens) : max_tokens_(std::ma
   cum_keys_.resize(B + 1);
 }
 
-LlamaState::LlamaState(const LlamaModel& m, int n_ctx, int max_batch)
-    : m_(m), n_ctx_(n_ctx), max_batch_(std::max(1, max_batch)), kv_(m.config(), 1, n_ctx), ws_(m.config(), max_batch_) {}
+LlamaState::LlamaState(const LlamaModel& m, int n_ctx, int max_batch, const KvSpec& kv)
+    : m_(m), n_ctx_(n_ctx), max_batch_(std::max(1, max_batch)), kv_(m.config(), kv, 1, n_ctx),
+      ws_(m.config(), max_batch_) {}
 
 size_t LlamaState::kv_bytes_per_token() const {
-  const LlamaConfig& c = m_.config();
-  return (size_t)2 * c.n_layer * c.n_head_kv * c.head_dim * sizeof(float);
+  return kv_.spec().bytes_per_token(m_.config().n_head_kv, m_.config().head_dim);
 }
 
 Status LlamaState::forward(const int* tokens, int n, float* logits, bool all_logits, ThreadPool& pool,
@@ -255,7 +362,7 @@ Status llama_forward(const LlamaModel& m, KvStore& kv, Workspace& ws, const SeqB
   const int d = c.n_embd, hd = c.head_dim, nh = c.n_head, nkv = c.n_head_kv;
   const int q_dim = nh * hd, kv_dim = nkv * hd, ff = c.n_ff;
   const float attn_scale = 1.0f / std::sqrt((float)hd);
-  const int64_t bs = kv.block_size(), bf = kv.block_floats();
+  const int64_t bs = kv.block_size();
 
   fault::at_start();
   // Flatten the batch: token t of the batch is sequence seq_[t]'s token at position pos_[t].
@@ -279,11 +386,11 @@ Status llama_forward(const LlamaModel& m, KvStore& kv, Workspace& ws, const SeqB
   }
   if ((int64_t)ws.scores_.size() < (int64_t)pool.size() * max_keys) ws.scores_.resize((size_t)pool.size() * max_keys);
   const int* pos = ws.pos_.data();
-  // The K/V row of batch token t in layer base `base` (K or V of one layer).
-  auto kv_row = [&](float* base, int t) {
-    const SeqBatch& b = seqs[ws.seq_[t]];
-    return base + (int64_t)b.blocks[pos[t] / bs] * bf + (pos[t] % bs) * kv_dim;
+  // The K (v = false) or V row of batch token t in layer l.
+  auto kv_row = [&](int l, bool v, int t) {
+    return kv.row(l, v, seqs[ws.seq_[t]].blocks[pos[t] / bs], (int)(pos[t] % bs));
   };
+  const KvSpec& kvs = kv.spec();
   std::vector<float>& x_ = ws.x_;
   std::vector<float>& xn_ = ws.xn_;
   QuantActs& qa_ = ws.qa_;
@@ -297,18 +404,19 @@ Status llama_forward(const LlamaModel& m, KvStore& kv, Workspace& ws, const SeqB
   const double act_bytes = 4.0 * T * d;  // one [T, d] float activation
 
   // Norm then int8 quantization of [T, cols] activations, as one traced op.
-  auto norm_and_quantize = [&](const char* name, int layer, const float* weight, const float* src, int cols) {
+  auto norm_and_quantize = [&](const char* name, int layer, const float* weight, const float* src, int cols,
+                               const PackedMatrix& consumer) {
     trace::Span sp(name, "op", layer, T, 2 * act_bytes + 4.0 * cols, 6.0 * T * cols);
     fault::at_op(name);
-    qa_.resize(T, cols);
+    qa_.resize(T, cols, wants_per_token(consumer));
     qa_.x = xn_.data();
     for_tokens(pool, T, name, [&](int t0, int t1) {
       for (int t = t0; t < t1; ++t) rmsnorm(src + (size_t)t * cols, weight, &xn_[(size_t)t * cols], cols, c.rms_eps);
       quantize_acts(xn_.data(), t0, t1, qa_);
     });
   };
-  auto quantize_only = [&](const char* region, const float* src, int cols) {
-    qa_.resize(T, cols);
+  auto quantize_only = [&](const char* region, const float* src, int cols, const PackedMatrix& consumer) {
+    qa_.resize(T, cols, wants_per_token(consumer));
     qa_.x = src;
     for_tokens(pool, T, region, [&](int t0, int t1) { quantize_acts(src, t0, t1, qa_); });
   };
@@ -325,11 +433,9 @@ Status llama_forward(const LlamaModel& m, KvStore& kv, Workspace& ws, const SeqB
 
   for (int l = 0; l < c.n_layer; ++l) {
     const LayerWeights& L = w.layers[l];
-    float* kc = kv.k(l);
-    float* vc = kv.v(l);
 
     // attention block: xn = norm(x); q,k,v = xn Wq, xn Wk, xn Wv    q: [T, nh*hd], k,v: [T, nkv*hd]
-    norm_and_quantize("attn_norm", l, L.attn_norm, x_.data(), d);
+    norm_and_quantize("attn_norm", l, L.attn_norm, x_.data(), d, L.wq);
     const MatmulJob qkv[] = {{&L.wq, q_, q_dim}, {&L.wk, k_, kv_dim}, {&L.wv, v_, kv_dim}};
     matmul_op("qkv", l, qkv, 3);
     {
@@ -339,8 +445,8 @@ Status llama_forward(const LlamaModel& m, KvStore& kv, Workspace& ws, const SeqB
       for (int t = t0; t < t1; ++t) {
         rope_inplace(&q_[(size_t)t * q_dim], nh, hd, pos[t], w.rope_inv_freq.data());
         rope_inplace(&k_[(size_t)t * kv_dim], nkv, hd, pos[t], w.rope_inv_freq.data());
-        std::memcpy(kv_row(kc, t), &k_[(size_t)t * kv_dim], kv_dim * sizeof(float));
-        std::memcpy(kv_row(vc, t), &v_[(size_t)t * kv_dim], kv_dim * sizeof(float));
+        kv_encode_row(kvs.k[l], &k_[(size_t)t * kv_dim], nkv, hd, kv_row(l, false, t));
+        kv_encode_row(kvs.v[l], &v_[(size_t)t * kv_dim], nkv, hd, kv_row(l, true, t));
       }
     });
     }
@@ -349,7 +455,7 @@ Status llama_forward(const LlamaModel& m, KvStore& kv, Workspace& ws, const SeqB
     // Bytes: every query reads its kv head's keys and values (K/V of one kv head are shared by
     // nh/nkv query heads and count once); FLOPs: every query head's dot products and sums.
     const double keys = (double)ws.cum_keys_[T];
-    trace::Span sp("attention", "op", l, T, keys * nkv * attend_one_bytes(1, hd) + 2 * 4.0 * T * q_dim,
+    trace::Span sp("attention", "op", l, T, keys * (double)(kv_row_bytes(kvs.k[l], nkv, hd) + kv_row_bytes(kvs.v[l], nkv, hd)) + 2 * 4.0 * T * q_dim,
                    keys * nh * attend_one_flops(1, hd));
     fault::at_op("attention");
     pool.run([&](int th, int nt) {
@@ -360,9 +466,9 @@ Status llama_forward(const LlamaModel& m, KvStore& kv, Workspace& ws, const SeqB
       float* scores = &ws.scores_[(size_t)th * max_keys];
       for (int64_t i = b; i < e; ++i) {
         const int t = (int)(i / nh), h = (int)(i % nh), kvh = h / (nh / nkv);
-        const KvPages pages{seqs[ws.seq_[t]].blocks, bs, bf, kv_dim};
-        attend_paged(&q_[(size_t)t * q_dim + h * hd], kc + kvh * hd, vc + kvh * hd, pages, pos[t] + 1, hd,
-                     attn_scale, scores, &att_[(size_t)t * q_dim + h * hd]);
+        const KvPages pages{seqs[ws.seq_[t]].blocks, bs, kv.side(l, false, kvh), kv.side(l, true, kvh)};
+        attend_paged(&q_[(size_t)t * q_dim + h * hd], pages, pos[t] + 1, hd, attn_scale, scores,
+                     &att_[(size_t)t * q_dim + h * hd]);
       }
     }, "attention");
     }
@@ -372,13 +478,13 @@ Status llama_forward(const LlamaModel& m, KvStore& kv, Workspace& ws, const SeqB
       trace::Span sp("attn_out", "op", l, T, cost.bytes + 2 * act_bytes, cost.flops + (double)T * d);
       fault::at_op("attn_out");
       sp.precision(precision_of(L.wo));
-      quantize_only("attn_out", att_, q_dim);
+      quantize_only("attn_out", att_, q_dim, L.wo);
       matmul_parallel(k, pool, qa_, o, 1, "attn_out");
       for (size_t i = 0; i < (size_t)T * d; ++i) x_[i] += tmp_[i];
     }
 
     // MLP block: x += down(silu(gate(xn)) * up(xn))    g,u,h: [T, ff]
-    norm_and_quantize("ffn_norm", l, L.ffn_norm, x_.data(), d);
+    norm_and_quantize("ffn_norm", l, L.ffn_norm, x_.data(), d, L.w_gate);
     float *g_ = ws.g_.data(), *u_ = ws.u_.data(), *h_ = ws.h_.data();
     const MatmulJob gu[] = {{&L.w_gate, g_, ff}, {&L.w_up, u_, ff}};
     matmul_op("gate_up", l, gu, 2);
@@ -395,7 +501,7 @@ Status llama_forward(const LlamaModel& m, KvStore& kv, Workspace& ws, const SeqB
       trace::Span sp("down", "op", l, T, cost.bytes + 4.0 * T * ff + 2 * act_bytes, cost.flops + (double)T * d);
       fault::at_op("down");
       sp.precision(precision_of(L.w_down));
-      quantize_only("down", h_, ff);
+      quantize_only("down", h_, ff, L.w_down);
       matmul_parallel(k, pool, qa_, down, 1, "down");
       for (size_t i = 0; i < (size_t)T * d; ++i) x_[i] += tmp_[i];
     }
@@ -406,7 +512,7 @@ Status llama_forward(const LlamaModel& m, KvStore& kv, Workspace& ws, const SeqB
   {
     trace::Span sp("output_norm", "op", -1, n_out, 8.0 * n_out * d, 6.0 * n_out * d);
     fault::at_op("output_norm");
-    qa_.resize(n_out, d);
+    qa_.resize(n_out, d, wants_per_token(m.output_matrix()));
     qa_.x = xn_.data();
     for (int r = 0; r < n_out; ++r) rmsnorm(&x_[(size_t)ws.out_rows_[r] * d], w.output_norm, &xn_[(size_t)r * d], d, c.rms_eps);
     quantize_acts(xn_.data(), 0, n_out, qa_);

@@ -8,7 +8,9 @@
 #include "core/cpu.h"
 #include "core/lazy_buffer.h"
 #include "core/status.h"
+#include "kernels/kv_types.h"
 #include "kernels/matmul.h"
+#include "kernels/ops.h"
 #include "model/gguf.h"
 
 namespace ouro {
@@ -37,9 +39,22 @@ struct LlamaWeights {
   std::vector<float> rope_inv_freq;  // [head_dim / 2]
 };
 
+// How the weights are computed (docs/quantization.md): "native" runs the GGUF's own blocks; "w8a8"
+// requantizes the chosen ops' matrices to int8 per output row at load time, with int8 per-token
+// activations. ops: comma list of qkv, o, gate_up, down, head (empty: all but head); layers: comma
+// list of layer ranges (empty: all).
+struct WeightRequest {
+  std::string mode = "native";
+  std::string ops, layers;
+};
+
 class LlamaModel {
  public:
-  static Expected<std::unique_ptr<LlamaModel>> load(const std::string& path);
+  // `isa` is the kernel family that will run (W8A8 without AVX-512 VNNI says once that it falls back).
+  static Expected<std::unique_ptr<LlamaModel>> load(const std::string& path, const WeightRequest& wr = {},
+                                                    Isa isa = Isa::kAvx512);
+  // "native", or "w8a8:OPS@LAYERS".
+  const std::string& weights_desc() const { return weights_desc_; }
   const LlamaConfig& config() const { return cfg_; }
   const LlamaWeights& weights() const { return w_; }
   const GgufFile& gguf() const { return *file_; }
@@ -51,38 +66,48 @@ class LlamaModel {
 
  private:
   std::unique_ptr<GgufFile> file_;
+  std::string weights_desc_ = "native";
   LlamaConfig cfg_;
   LlamaWeights w_;
 };
 
 // Paged KV storage: per layer, n_blocks blocks of block_size positions, each position a K row and a
-// V row of n_head_kv * head_dim floats. A sequence's block table maps its position p to row
+// V row of n_head_kv heads of head_dim values, in the layer's K and V types (kernels/kv_types.h;
+// an f32 row is n_head_kv * head_dim floats). A sequence's block table maps its position p to row
 // p % block_size of block table[p / block_size]. One block of n_ctx positions is a plain cache.
 class KvStore {
  public:
-  KvStore(const LlamaConfig& c, int n_blocks, int block_size);  // throws std::bad_alloc
+  // An empty spec means f32 everywhere. Throws std::bad_alloc.
+  KvStore(const LlamaConfig& c, const KvSpec& spec, int n_blocks, int block_size);
   int n_blocks() const { return n_blocks_; }
   int block_size() const { return block_size_; }
-  int64_t block_floats() const { return (int64_t)block_size_ * kv_dim_; }
-  float* k(int layer) const { return k_.f32() + (size_t)layer * n_blocks_ * block_floats(); }
-  float* v(int layer) const { return v_.f32() + (size_t)layer * n_blocks_ * block_floats(); }
+  const KvSpec& spec() const { return spec_; }
+  // Layer `layer`'s K (v = false) or V storage, positioned at kv head `head`.
+  KvSide side(int layer, bool v, int head) const;
+  // The row of position r of block `block` in layer `layer`'s K or V storage.
+  uint8_t* row(int layer, bool v, int block, int r) const {
+    const Region& g = reg_[2 * layer + v];
+    return buf_.bytes() + g.offset + (size_t)block * g.block_bytes + (size_t)r * g.row_bytes;
+  }
   // Bytes of one block (K and V of every layer).
-  size_t block_bytes() const { return bytes_per_block(n_layer_, kv_dim_, block_size_); }
+  size_t block_bytes() const { return bytes_per_block(n_head_kv_, head_dim_, spec_, block_size_); }
   // Makes the whole pool resident now (see LazyBuffer::commit).
-  void commit() {
-    k_.commit();
-    v_.commit();
+  void commit() { buf_.commit(); }
+  static size_t bytes_per_block(const LlamaConfig& c, const KvSpec& spec, int block_size) {
+    return bytes_per_block(c.n_head_kv, c.head_dim, full_spec(c, spec), block_size);
   }
-  static size_t bytes_per_block(const LlamaConfig& c, int block_size) {
-    return bytes_per_block(c.n_layer, c.n_head_kv * c.head_dim, block_size);
-  }
-  static size_t bytes_per_block(int n_layer, int kv_dim, int block_size) {
-    return (size_t)2 * n_layer * kv_dim * block_size * sizeof(float);
-  }
+  // `spec`, or f32 for every layer when it is empty.
+  static KvSpec full_spec(const LlamaConfig& c, const KvSpec& spec);
 
  private:
-  int n_layer_, n_blocks_, block_size_, kv_dim_;
-  LazyBuffer k_, v_;
+  static size_t bytes_per_block(int n_head_kv, int head_dim, const KvSpec& spec, int block_size) {
+    return spec.bytes_per_token(n_head_kv, head_dim) * (size_t)block_size;
+  }
+  struct Region { size_t offset, block_bytes, row_bytes; KvType type; };
+  int n_head_kv_, head_dim_, n_blocks_, block_size_;
+  KvSpec spec_;
+  std::vector<Region> reg_;  // [2 * layer + (0: K, 1: V)]
+  LazyBuffer buf_;
 };
 
 // One sequence's part of a batched forward pass: n new tokens at positions n_past.., whose K/V go
@@ -123,7 +148,7 @@ Status llama_forward(const LlamaModel& m, KvStore& kv, Workspace& ws, const SeqB
 // max_batch tokens per forward call.
 class LlamaState {
  public:
-  LlamaState(const LlamaModel& m, int n_ctx, int max_batch = 512);
+  LlamaState(const LlamaModel& m, int n_ctx, int max_batch = 512, const KvSpec& kv = {});
   int n_ctx() const { return n_ctx_; }
   int n_past() const { return n_past_; }
   void reset() { n_past_ = 0; }

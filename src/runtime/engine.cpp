@@ -16,9 +16,12 @@ Expected<std::unique_ptr<Engine>> Engine::load(const LaunchConfig& cfg) {
   e->cfg_ = cfg;
   if (!isa_supported(cfg.isa))
     return usage_error(std::string("this CPU cannot run the ") + isa_name(cfg.isa) + " kernels");
-  auto m = LlamaModel::load(cfg.model_path);
+  auto m = LlamaModel::load(cfg.model_path, cfg.weights, cfg.isa);
   if (!m) return m.error();
   e->model_ = std::move(*m);
+  auto kv = parse_kv_spec(cfg.kv, cfg.kv_layers, e->model_->config().n_layer);
+  if (!kv) return kv.error();
+  e->kv_ = std::move(*kv);
   auto t = Tokenizer::from_gguf(e->model_->gguf());
   if (!t) return t.error();
   e->tok_ = std::move(*t);

@@ -23,6 +23,9 @@ struct LaunchConfig {
   int n_ctx = 0;     // 0: min(model's context, 4096)
   Isa isa = Isa::kScalar;
   int max_batch = 512;
+  // Quantization (docs/quantization.md): --kv / --kv-layers, --weights / --w8a8-ops / --w8a8-layers.
+  std::string kv, kv_layers;
+  WeightRequest weights;
 };
 
 class Engine {
@@ -35,7 +38,11 @@ class Engine {
   const Expected<ChatTemplate>& chat() const { return chat_; }
   ThreadPool& pool() { return *pool_; }
   const MatmulKernels& kernels() const { return *kernels_; }
-  std::unique_ptr<LlamaState> new_state() const { return std::make_unique<LlamaState>(*model_, cfg_.n_ctx, cfg_.max_batch); }
+  // The KV cache's types per layer (from --kv / --kv-layers; f32 everywhere by default).
+  const KvSpec& kv_spec() const { return kv_; }
+  std::unique_ptr<LlamaState> new_state() const {
+    return std::make_unique<LlamaState>(*model_, cfg_.n_ctx, cfg_.max_batch, kv_);
+  }
 
  private:
   LaunchConfig cfg_;
@@ -44,6 +51,7 @@ class Engine {
   Expected<ChatTemplate> chat_{ChatTemplate()};
   std::unique_ptr<ThreadPool> pool_;
   const MatmulKernels* kernels_ = nullptr;
+  KvSpec kv_;
 };
 
 // The tokens that end a reply: end-of-sequence, and in chat the template's end-of-turn token.

@@ -63,7 +63,7 @@ Scheduler::Scheduler(Engine& e, const SchedulerConfig& c, ServeMetrics& metrics)
     : e_(e),
       cfg_(c),
       m_(metrics),
-      kv_(e.model().config(), c.n_blocks, c.block_size),
+      kv_(e.model().config(), e.kv_spec(), c.n_blocks, c.block_size),
       blocks_(c.n_blocks, c.block_size),
       ws_(e.model().config(), c.batch_tokens) {
   // The pool is resident from the start: the server's memory is what --kv-mem says, and does not

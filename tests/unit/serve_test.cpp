@@ -99,8 +99,10 @@ TEST(Ops, AttendPagedMatchesContiguous) {
       }
     std::vector<float> s1(n_keys), s2(n_keys), o1(hd), o2(hd);
     attend_one(q.data(), kc.data(), vc.data(), stride, n_keys, hd, 0.125f, s1.data(), o1.data());
-    attend_paged(q.data(), kp.data(), vp.data(), KvPages{table.data(), bs, (int64_t)bs * stride, stride}, n_keys, hd, 0.125f,
-                 s2.data(), o2.data());
+    const int64_t rb = 4 * stride, bb = rb * bs;
+    const KvPages pages{table.data(), bs, KvSide{reinterpret_cast<const uint8_t*>(kp.data()), KvType::kF32, rb, bb, 0, 0},
+                        KvSide{reinterpret_cast<const uint8_t*>(vp.data()), KvType::kF32, rb, bb, 0, 0}};
+    attend_paged(q.data(), pages, n_keys, hd, 0.125f, s2.data(), o2.data());
     for (int i = 0; i < hd; ++i) EXPECT_EQ(o1[i], o2[i]) << n_keys << " " << i;  // same arithmetic, same order
   }
 }

@@ -18,7 +18,7 @@ namespace ouro {
 
 const std::vector<std::string> kCommonValueFlags = {"--model", "-m",      "--threads",   "-t",         "--ctx",
                                                    "--isa",   "--kv",    "--kv-layers", "--weights",  "--w8a8-ops",
-                                                   "--w8a8-layers"};
+                                                   "--w8a8-layers", "--w8a8-smooth", "--w8a8-calib"};
 const std::vector<std::string> kTraceFlags = {"--trace", "--trace-buffer"};
 
 Status start_trace(const Args& a) {
@@ -86,6 +86,11 @@ Expected<LaunchConfig> launch_config_from(const Args& a) {
   c.weights.mode = a.str("--weights", "native");
   c.weights.ops = a.str("--w8a8-ops", "");
   c.weights.layers = a.str("--w8a8-layers", "");
+  auto alpha = a.number("--w8a8-smooth", 0, 0, 1);
+  if (!alpha) return alpha.error();
+  c.smooth_alpha = (float)*alpha;
+  if (a.has("--w8a8-calib") && c.smooth_alpha == 0) return usage_error("flag --w8a8-calib needs --w8a8-smooth ALPHA");
+  c.smooth_calib = a.has("--w8a8-calib") ? a.str("--w8a8-calib") : find_repo_file("data/eval/calib.txt");
   return c;
 }
 

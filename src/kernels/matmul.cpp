@@ -164,7 +164,8 @@ PackedMatrix pack_matrix(GgmlType type, const uint8_t* data, int64_t cols, int64
   return m;
 }
 
-PackedMatrix pack_matrix_w8a8(GgmlType type, const uint8_t* data, int64_t cols, int64_t rows, float scale_factor) {
+PackedMatrix pack_matrix_w8a8(GgmlType type, const uint8_t* data, int64_t cols, int64_t rows, float scale_factor,
+                              const float* col_scale) {
   PackedMatrix m = shaped(type, data, cols, rows);
   m.kind = PackedKind::kW8;
   m.step_bytes = 256;
@@ -176,6 +177,8 @@ PackedMatrix pack_matrix_w8a8(GgmlType type, const uint8_t* data, int64_t cols, 
   std::vector<float> row(cols);
   for (int64_t r = 0; r < rows; ++r) {
     tt->dequant_row(data + r * m.src_row_bytes, row.data(), cols);
+    if (col_scale)
+      for (int64_t k = 0; k < cols; ++k) row[k] *= col_scale[k];
     float amax = 0;
     for (float v : row) amax = std::max(amax, std::fabs(v));
     const float inv = amax > 0 ? 127.0f / amax : 0.0f;

@@ -71,7 +71,9 @@ struct PackedMatrix {
 PackedMatrix pack_matrix(GgmlType type, const uint8_t* data, int64_t cols, int64_t rows);
 // W8A8: dequantizes each row of any supported type and requantizes it to int8 per row (kW8).
 // `scale_factor` multiplies the stored scales (1; the lab's badscale fault breaks it on purpose).
-PackedMatrix pack_matrix_w8a8(GgmlType type, const uint8_t* data, int64_t cols, int64_t rows, float scale_factor = 1.0f);
+// col_scale (cols values, or nullptr) multiplies column k before quantizing (SmoothQuant).
+PackedMatrix pack_matrix_w8a8(GgmlType type, const uint8_t* data, int64_t cols, int64_t rows, float scale_factor = 1.0f,
+                              const float* col_scale = nullptr);
 
 // Quantized activations for T tokens of `cols` elements.
 // Per block (kQ4, kQ8): d and s per 32-block. Per token (kW8): td[t] = amax / 127 of the whole row.

@@ -96,6 +96,11 @@ Expected<W8Plan> plan_w8a8(const WeightRequest& wr, int n_layer) {
     }
   }
   p.desc = "w8a8:" + ops + "@" + (wr.layers.empty() ? "all" : wr.layers);
+  if (!wr.smooth_attn.empty()) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "+smooth%.2g", wr.smooth_alpha);
+    p.desc += buf;
+  }
   return p;
 }
 
@@ -169,6 +174,8 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& path, 
   const int64_t d = c.n_embd, hd = c.head_dim, q_dim = (int64_t)c.n_head * hd, kv_dim = (int64_t)c.n_head_kv * hd;
   auto plan = plan_w8a8(wr, c.n_layer);
   if (!plan) return plan.error();
+  for (const auto* v : {&wr.smooth_attn, &wr.smooth_ffn})
+    if (!v->empty() && v->size() != (size_t)c.n_layer * d) return usage_error("smoothing factors do not match the model");
   m->weights_desc_ = plan->desc;
   if (plan->on && isa != Isa::kAvx512) {
     static bool said = false;
@@ -179,12 +186,14 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& path, 
   }
   const float w8_fault = fault::w8a8_scale_factor();
   // w8: requantize to W8A8 (kW8) instead of keeping the GGUF's blocks.
-  auto pack = [&](const std::string& name, int64_t cols, int64_t rows, PackedMatrix* out, bool w8 = false) -> Status {
+  // smooth: SmoothQuant column factors for a W8A8 matrix (nullptr: none).
+  auto pack = [&](const std::string& name, int64_t cols, int64_t rows, PackedMatrix* out, bool w8 = false,
+                  const float* smooth = nullptr) -> Status {
     auto t = get_tensor(f, name, {cols, rows});
     if (!t) return t.error();
     if (w8) {
       if (!type_traits((*t)->type)) return runtime_error(path + ": tensor '" + name + "' has an unsupported type");
-      *out = pack_matrix_w8a8((*t)->type, (*t)->data, cols, rows, w8_fault);
+      *out = pack_matrix_w8a8((*t)->type, (*t)->data, cols, rows, w8_fault, smooth);
       return Ok{};
     }
     *out = pack_matrix((*t)->type, (*t)->data, cols, rows);
@@ -216,19 +225,30 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& path, 
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights& L = w.layers[l];
     auto w8 = [&](W8Op op) { return plan->on && plan->ops[op] && plan->layers[l]; };
+    // SmoothQuant factors of this layer's qkv / gate_up inputs, when smoothing a W8A8 op.
+    const float* sa = w8(kOpQkv) && !wr.smooth_attn.empty() ? &wr.smooth_attn[(size_t)l * d] : nullptr;
+    const float* sf = w8(kOpGateUp) && !wr.smooth_ffn.empty() ? &wr.smooth_ffn[(size_t)l * d] : nullptr;
     Status steps[] = {
         norm(p + "attn_norm.weight", &L.attn_norm),
         norm(p + "ffn_norm.weight", &L.ffn_norm),
-        pack(p + "attn_q.weight", d, q_dim, &L.wq, w8(kOpQkv)),
-        pack(p + "attn_k.weight", d, kv_dim, &L.wk, w8(kOpQkv)),
-        pack(p + "attn_v.weight", d, kv_dim, &L.wv, w8(kOpQkv)),
+        pack(p + "attn_q.weight", d, q_dim, &L.wq, w8(kOpQkv), sa),
+        pack(p + "attn_k.weight", d, kv_dim, &L.wk, w8(kOpQkv), sa),
+        pack(p + "attn_v.weight", d, kv_dim, &L.wv, w8(kOpQkv), sa),
         pack(p + "attn_output.weight", q_dim, d, &L.wo, w8(kOpO)),
-        pack(p + "ffn_gate.weight", d, c.n_ff, &L.w_gate, w8(kOpGateUp)),
-        pack(p + "ffn_up.weight", d, c.n_ff, &L.w_up, w8(kOpGateUp)),
+        pack(p + "ffn_gate.weight", d, c.n_ff, &L.w_gate, w8(kOpGateUp), sf),
+        pack(p + "ffn_up.weight", d, c.n_ff, &L.w_up, w8(kOpGateUp), sf),
         pack(p + "ffn_down.weight", c.n_ff, d, &L.w_down, w8(kOpDown)),
     };
     for (auto& s : steps)
       if (!s) return s.error();
+    // The norm weights take 1/s, so norm(x) * s^-1 feeds W * s: the same product, flatter activations.
+    auto divide = [&](const float* src, const float* sm, std::vector<float>& own) {
+      own.assign(src, src + d);
+      for (int64_t j = 0; j < d; ++j) own[j] /= sm[j];
+      return own.data();
+    };
+    if (sa) L.attn_norm = divide(L.attn_norm, sa, L.smoothed_attn_norm);
+    if (sf) L.ffn_norm = divide(L.ffn_norm, sf, L.smoothed_ffn_norm);
   }
   w.rope_inv_freq.resize(hd / 2);
   for (int i = 0; i < hd / 2; ++i) w.rope_inv_freq[i] = (float)std::pow((double)c.rope_base, -2.0 * i / (double)hd);
@@ -414,6 +434,12 @@ Status llama_forward(const LlamaModel& m, KvStore& kv, Workspace& ws, const SeqB
       for (int t = t0; t < t1; ++t) rmsnorm(src + (size_t)t * cols, weight, &xn_[(size_t)t * cols], cols, c.rms_eps);
       quantize_acts(xn_.data(), t0, t1, qa_);
     });
+    if (ws.stats_) {  // calibration: per-channel max |x| of this op's input
+      std::vector<float>& st = name[0] == 'a' ? ws.stats_->attn : ws.stats_->ffn;
+      float* mx = &st[(size_t)layer * cols];
+      for (int t = 0; t < T; ++t)
+        for (int j = 0; j < cols; ++j) mx[j] = std::max(mx[j], std::fabs(xn_[(size_t)t * cols + j]));
+    }
   };
   auto quantize_only = [&](const char* region, const float* src, int cols, const PackedMatrix& consumer) {
     qa_.resize(T, cols, wants_per_token(consumer));

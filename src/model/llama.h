@@ -24,8 +24,9 @@ struct LlamaConfig {
 };
 
 struct LayerWeights {
-  const float* attn_norm = nullptr;  // [n_embd]
+  const float* attn_norm = nullptr;  // [n_embd] (the file's, or smoothed_* when smoothing)
   const float* ffn_norm = nullptr;   // [n_embd]
+  std::vector<float> smoothed_attn_norm, smoothed_ffn_norm;
   PackedMatrix wq, wk, wv, wo;       // [n_head*hd, n_embd], [n_kv*hd, n_embd] x2, [n_embd, n_head*hd]
   PackedMatrix w_gate, w_up, w_down; // [n_ff, n_embd] x2, [n_embd, n_ff]
 };
@@ -43,9 +44,21 @@ struct LlamaWeights {
 // requantizes the chosen ops' matrices to int8 per output row at load time, with int8 per-token
 // activations. ops: comma list of qkv, o, gate_up, down, head (empty: all but head); layers: comma
 // list of layer ranges (empty: all).
+// SmoothQuant (docs/quantization.md): per layer and input channel, factors s that move activation
+// outliers into the weights of qkv (attn) and gate_up (ffn), whose inputs follow an RMSNorm:
+// W[:, j] *= s[j] before requantizing, norm weight[j] /= s[j]. Empty: no smoothing.
 struct WeightRequest {
   std::string mode = "native";
   std::string ops, layers;
+  std::vector<float> smooth_attn, smooth_ffn;  // [n_layer * n_embd]
+  float smooth_alpha = 0;                      // what made them (for the description)
+};
+
+// Per-channel max |x| of the normalized inputs of qkv (attn) and gate_up (ffn), per layer
+// ([n_layer * n_embd] each): what SmoothQuant calibrates from. Filled by llama_forward when set
+// on a Workspace.
+struct ActStats {
+  std::vector<float> attn, ffn;
 };
 
 class LlamaModel {
@@ -126,6 +139,8 @@ class Workspace {
  public:
   Workspace(const LlamaConfig& c, int max_tokens);
   int max_tokens() const { return max_tokens_; }
+  // Collect activation statistics in forward passes (calibration); nullptr: off.
+  void set_act_stats(ActStats* s) { stats_ = s; }
 
  private:
   friend Status llama_forward(const LlamaModel&, KvStore&, Workspace&, const SeqBatch*, int, float*, ThreadPool&,
@@ -135,6 +150,7 @@ class Workspace {
   std::vector<int> tok_, pos_, seq_, out_rows_;
   std::vector<int64_t> cum_keys_;
   QuantActs qa_;
+  ActStats* stats_ = nullptr;
 };
 
 // Runs the new tokens of n_seqs sequences as one batch: every matrix is read once for all of them,

@@ -5,18 +5,93 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <fstream>
+#include <sstream>
 #include <system_error>
 
 #include "trace/trace.h"
 
 namespace ouro {
 
+namespace {
+
+// SmoothQuant calibration (docs/quantization.md): runs the native model over up to 2048 tokens of
+// the calibration text, records each qkv / gate_up input channel's max |x| (a_j), takes each
+// channel's max |W| over the op's matrices (w_j), and returns s_j = a_j^alpha / w_j^(1 - alpha).
+Status calibrate_smoothing(const LaunchConfig& cfg, ThreadPool& pool, WeightRequest* wr) {
+  auto m = LlamaModel::load(cfg.model_path, WeightRequest{}, cfg.isa);
+  if (!m) return m.error();
+  auto tok = Tokenizer::from_gguf((*m)->gguf());
+  if (!tok) return tok.error();
+  std::ifstream in(cfg.smooth_calib, std::ios::binary);
+  if (!in) return usage_error("flag --w8a8-calib: cannot read '" + cfg.smooth_calib + "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::vector<int> ids = (*tok)->encode(ss.str(), false, false);
+  if (ids.size() < 16) return usage_error("flag --w8a8-calib: '" + cfg.smooth_calib + "' holds fewer than 16 tokens");
+  if (ids.size() > 2048) ids.resize(2048);
+  const LlamaConfig& c = (*m)->config();
+  const int chunk = 512, d = c.n_embd;
+  KvStore kv(c, KvSpec{}, 1, chunk);
+  Workspace ws(c, chunk);
+  ActStats st;
+  st.attn.assign((size_t)c.n_layer * d, 0.0f);
+  st.ffn.assign((size_t)c.n_layer * d, 0.0f);
+  ws.set_act_stats(&st);
+  const int block0 = 0;
+  for (size_t i = 0; i < ids.size(); i += chunk) {
+    SeqBatch b;
+    b.tokens = ids.data() + i;
+    b.n = (int)std::min<size_t>(chunk, ids.size() - i);
+    b.blocks = &block0;
+    if (Status s = llama_forward(**m, kv, ws, &b, 1, nullptr, pool, matmul_kernels(cfg.isa)); !s) return s;
+  }
+  const float alpha = cfg.smooth_alpha;
+  auto factors = [&](const std::vector<float>& act, int l, std::initializer_list<const PackedMatrix*> ws_) {
+    std::vector<float> wmax(d, 0.0f);
+    for (const PackedMatrix* W : ws_)
+      for (int64_t r = 0; r < W->rows; ++r)
+        for (int j = 0; j < d; ++j) wmax[j] = std::max(wmax[j], std::fabs(W->value(r, j)));
+    std::vector<float> s(d);
+    for (int j = 0; j < d; ++j) {
+      const float a = act[(size_t)l * d + j], w = wmax[j];
+      s[j] = a > 0 && w > 0 ? std::clamp(std::pow(a, alpha) / std::pow(w, 1.0f - alpha), 1e-3f, 1e3f) : 1.0f;
+    }
+    return s;
+  };
+  wr->smooth_attn.clear();
+  wr->smooth_ffn.clear();
+  for (int l = 0; l < c.n_layer; ++l) {
+    const LayerWeights& L = (*m)->weights().layers[l];
+    auto a = factors(st.attn, l, {&L.wq, &L.wk, &L.wv});
+    auto f = factors(st.ffn, l, {&L.w_gate, &L.w_up});
+    wr->smooth_attn.insert(wr->smooth_attn.end(), a.begin(), a.end());
+    wr->smooth_ffn.insert(wr->smooth_ffn.end(), f.begin(), f.end());
+  }
+  wr->smooth_alpha = alpha;
+  return Ok{};
+}
+
+}  // namespace
+
 Expected<std::unique_ptr<Engine>> Engine::load(const LaunchConfig& cfg) {
   std::unique_ptr<Engine> e(new Engine());
   e->cfg_ = cfg;
   if (!isa_supported(cfg.isa))
     return usage_error(std::string("this CPU cannot run the ") + isa_name(cfg.isa) + " kernels");
-  auto m = LlamaModel::load(cfg.model_path, cfg.weights, cfg.isa);
+  if (e->cfg_.threads <= 0) e->cfg_.threads = std::max(1, (int)sysconf(_SC_NPROCESSORS_ONLN));
+  try {
+    e->pool_ = std::make_unique<ThreadPool>(e->cfg_.threads);
+  } catch (const std::system_error& err) {
+    return runtime_error("cannot start " + std::to_string(e->cfg_.threads) + " threads: " + err.what());
+  }
+  WeightRequest wr = cfg.weights;
+  if (cfg.smooth_alpha > 0) {
+    if (wr.mode != "w8a8") return usage_error("flag --w8a8-smooth needs --weights w8a8");
+    if (Status s = calibrate_smoothing(cfg, *e->pool_, &wr); !s) return s.error();
+  }
+  auto m = LlamaModel::load(cfg.model_path, wr, cfg.isa);
   if (!m) return m.error();
   e->model_ = std::move(*m);
   auto kv = parse_kv_spec(cfg.kv, cfg.kv_layers, e->model_->config().n_layer);
@@ -36,12 +111,6 @@ Expected<std::unique_ptr<Engine>> Engine::load(const LaunchConfig& cfg) {
   if (e->cfg_.n_ctx <= 0) e->cfg_.n_ctx = std::min(max_ctx, 4096);
   if (e->cfg_.n_ctx > max_ctx)
     return usage_error("--ctx " + std::to_string(e->cfg_.n_ctx) + " exceeds the model's context length " + std::to_string(max_ctx));
-  if (e->cfg_.threads <= 0) e->cfg_.threads = std::max(1, (int)sysconf(_SC_NPROCESSORS_ONLN));
-  try {
-    e->pool_ = std::make_unique<ThreadPool>(e->cfg_.threads);
-  } catch (const std::system_error& err) {
-    return runtime_error("cannot start " + std::to_string(e->cfg_.threads) + " threads: " + err.what());
-  }
   e->kernels_ = &matmul_kernels(cfg.isa);
   return e;
 }

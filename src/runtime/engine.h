@@ -26,6 +26,10 @@ struct LaunchConfig {
   // Quantization (docs/quantization.md): --kv / --kv-layers, --weights / --w8a8-ops / --w8a8-layers.
   std::string kv, kv_layers;
   WeightRequest weights;
+  // SmoothQuant for W8A8 (--w8a8-smooth ALPHA, 0 = off; --w8a8-calib FILE): factors calibrated at
+  // load time on the native model's activations over the calibration text.
+  float smooth_alpha = 0;
+  std::string smooth_calib;
 };
 
 class Engine {

@@ -29,6 +29,11 @@ BAD = [
     (["--weights", "w8a8", "--w8a8-ops", "qkv,qkv"], ["--w8a8-ops", "twice"]),
     (["--weights", "w8a8", "--w8a8-layers", "0-99"], ["--w8a8-layers", "0-99"]),
     (["--w8a8-ops", "qkv"], ["--w8a8-ops", "--weights w8a8"]),
+    (["--w8a8-smooth", "0.5"], ["--w8a8-smooth", "--weights w8a8"]),
+    (["--weights", "w8a8", "--w8a8-smooth", "1.5"], ["--w8a8-smooth"]),
+    (["--weights", "w8a8", "--w8a8-smooth", "0.5", "--w8a8-calib", "/nonexistent/c.txt"],
+     ["--w8a8-calib", "/nonexistent/c.txt"]),
+    (["--weights", "w8a8", "--w8a8-calib", "x.txt"], ["--w8a8-calib", "--w8a8-smooth"]),
 ]
 
 

@@ -712,3 +712,40 @@ TEST(KvSpecParse, BytesPerToken) {
   EXPECT_EQ(must_parse("", "0-3:bf16,4-:fp8").bytes_per_token(3, 64), 4u * (384 + 384) + 26u * (204 + 204));
   EXPECT_EQ(must_parse("", "-2:k=int8").bytes_per_token(3, 64), 3u * (204 + 768) + 27u * (768 + 768));
 }
+
+// Fuzz: random strings over the flags' alphabet (and some mutations of valid specs) never crash,
+// and either parse into a full spec or fail as a usage error naming the flag.
+TEST(KvSpecParse, FuzzNeverCrashes) {
+  std::mt19937 rng(77);
+  const std::string alphabet = "0123456789-:,=kvfbintp8316 \x01\xff";
+  const std::vector<std::string> seeds = {"fp8", "k=bf16,v=fp8", "0-3:bf16,4-:fp8", "-2:k=int8", "5:v=f32"};
+  int ok = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::string s;
+    if (i % 2) {
+      s = seeds[rng() % seeds.size()];
+      for (int m = 0, n = 1 + (int)(rng() % 4); m < n && !s.empty(); ++m) {
+        const size_t p = rng() % (s.size() + 1);
+        switch (rng() % 3) {
+          case 0: s.insert(p, 1, alphabet[rng() % alphabet.size()]); break;
+          case 1: if (p < s.size()) s.erase(p, 1); break;
+          default: if (p < s.size()) s[p] = alphabet[rng() % alphabet.size()]; break;
+        }
+      }
+    } else {
+      for (int n = (int)(rng() % 24); n > 0; --n) s += alphabet[rng() % alphabet.size()];
+    }
+    const bool as_layers = rng() % 2;
+    auto r = as_layers ? parse_kv_spec("", s, 30) : parse_kv_spec(s, "", 30);
+    if (r.ok()) {
+      ++ok;
+      EXPECT_EQ(r->k.size(), 30u);
+      EXPECT_EQ(r->v.size(), 30u);
+    } else {
+      EXPECT_EQ(r.error().kind, ErrorKind::kUsage) << s;
+      EXPECT_NE(r.error().message.find(as_layers ? "--kv-layers" : "--kv"), std::string::npos) << s << ": "
+                                                                                               << r.error().message;
+    }
+  }
+  EXPECT_GT(ok, 100);  // the mutations do reach valid specs, so both branches are exercised
+}

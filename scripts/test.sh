@@ -19,7 +19,7 @@ step "unit tests (ctest)"
 ctest --test-dir build --output-on-failure -j 2
 
 step "oracle and CLI tests (pytest)"
-.venv/bin/python -m pytest -q tests/oracle tests/cli tests/trace tests/lab tests/serve tests/quality
+.venv/bin/python -m pytest -q tests/oracle tests/cli tests/trace tests/lab tests/serve tests/quality tests/agent
 
 step "ASan+UBSan build and unit tests"
 scripts/build.sh build-asan RelWithDebInfo -DOURO_SANITIZE=ON

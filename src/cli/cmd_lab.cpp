@@ -9,6 +9,7 @@
 
 #include "cli/common.h"
 #include "lab/ledger.h"
+#include "lab/measurement.h"
 #include "lab/plan.h"
 #include "lab/process.h"
 #include "lab/runner.h"
@@ -35,12 +36,18 @@ const char* kUsage =
 
 const char* kRunUsage =
     "usage: ouro lab run SPEC [--json] [--note TEXT] [--bin PATH] [--no-build] [--ledger PATH | --no-ledger]\n"
-    "                    [--out-dir DIR] [--quiet-wait SECONDS]\n"
+    "                    [--out-dir DIR] [--quiet-wait SECONDS] [--force] [--correctness-only]\n"
     "  Builds each side (git worktree + build dir per commit and options, cached; \"worktree\" builds\n"
     "  the checkout's build/), waits for a quiet machine, checks correctness on the spec's inputs and\n"
     "  on held-out inputs from a fresh seed, runs warm-up then baseline/candidate pairs in ABBA order\n"
     "  with a bandwidth figure before each pair, adds pairs while a criterion is inconclusive (up to\n"
     "  max_repeats), and appends the record to experiments/ledger.jsonl.\n"
+    "  An identical request (same resolved revisions or binaries, options, workload, repeats, metrics,\n"
+    "  criteria and criteria file: the record's measurement_key) already in the ledger is not measured\n"
+    "  again: its record is printed (--json: with \"reused\": true) and nothing is appended.\n"
+    "  --force         measure even so; the new record says \"forced\": true and \"force_of\": ID\n"
+    "  --correctness-only  only the correctness check of both sides (no timing, nothing recorded);\n"
+    "                  the record's kind is \"correctness\", judged on the correctness criteria alone\n"
     "  --bin PATH      use this ouro binary for \"worktree\" sides without build options (no build)\n"
     "  --no-build      use the checkout's build/ouro as it is\n"
     "  --note TEXT     the proposer's note, kept in the record\n"
@@ -130,7 +137,7 @@ Expected<lab::RunOptions> run_options(const Args& a, const std::string& root, co
 int lab_run(int argc, char** argv) {
   if (wants_help(argc, argv)) { std::fputs(kRunUsage, stdout); return 0; }
   Args a;
-  if (Status s = a.parse(argc, argv, kRunValue, kRunBool); !s) return report(s.error());
+  if (Status s = a.parse(argc, argv, kRunValue, concat(kRunBool, {"--force", "--correctness-only"})); !s) return report(s.error());
   if (a.positional().size() != 1) return report(usage_error("lab run needs one SPEC file"));
   auto root = repo_root();
   if (!root) return report(root.error());
@@ -138,8 +145,55 @@ int lab_run(int argc, char** argv) {
   if (!spec) return report(spec.error());
   auto opt = run_options(a, *root, self_command("run", argc, argv));
   if (!opt) return report(opt.error());
+  if (a.has("--correctness-only")) {
+    if (a.has("--ledger") || a.has("--force")) return report(usage_error("--correctness-only records nothing: drop --ledger/--force"));
+    opt->correctness_only = true;
+    opt->quiet_wait_s = 0;
+    auto rec = lab::run_experiment(*spec, *opt);
+    if (!rec) return report(rec.error());
+    if (a.has("--json")) std::puts(lab::safe_dump(*rec).c_str());
+    else std::fputs(lab::summarize_record(*rec).c_str(), stdout);
+    return verdict_exit(*rec);
+  }
+  // De-duplication: the same measurement request returns the stored record (docs/lab.md).
+  auto key = lab::measurement_key(*spec, opt->build);
+  if (!key) return report(key.error());
+  std::optional<lab::StoredMeasurement> stored;
+  if (!a.has("--no-ledger")) {
+    // Only a ledger that verifies can vouch for a stored record (and only such a ledger would
+    // take the new one: say so before measuring rather than after).
+    const std::string path = ledger_path(a, *root);
+    if (fs::exists(path)) {
+      lab::VerifyResult v = lab::verify_ledger(path, a.has("--ledger") ? "" : *root);
+      if (!v.ok())
+        return report(runtime_error(path + ": refusing to use a ledger that fails verification: " + v.problems[0] +
+                                    (v.problems.size() > 1 ? " (and " + std::to_string(v.problems.size() - 1) + " more)" : "")));
+    }
+    auto recs = lab::read_ledger(path);
+    if (!recs) return report(recs.error());
+    stored = lab::find_measurement(*recs, *key);
+  }
+  if (stored && !a.has("--force")) {
+    json rec = stored->record;
+    const std::string id = rec.value("id", std::string("?"));
+    if (a.has("--json")) {
+      rec["reused"] = true;
+      rec["identical_records"] = stored->ids;
+      std::puts(lab::safe_dump(rec).c_str());
+    } else {
+      std::printf("identical to %s: returning the stored record (use --force to measure again)\n", id.c_str());
+      std::fputs(lab::summarize_record(rec).c_str(), stdout);
+    }
+    std::fprintf(stderr, "lab: identical to %s: returning the stored record (use --force to measure again)\n", id.c_str());
+    return verdict_exit(rec);
+  }
   auto rec = lab::run_experiment(*spec, *opt);
   if (!rec) return report(rec.error());
+  (*rec)["measurement_key"] = *key;
+  if (stored) {
+    (*rec)["forced"] = true;
+    (*rec)["force_of"] = stored->record.value("id", std::string("?"));
+  }
   return finish(a, *root, *rec);
 }
 
@@ -196,6 +250,7 @@ int lab_rerun(int argc, char** argv) {
   if (!rec) return report(rec.error());
   json& r = *rec;
   r["kind"] = "rerun";
+  if (auto key = lab::measurement_key(*spec, opt->build)) r["measurement_key"] = *key;
   r["rerun_of"] = old->value("id", std::string());
   json cmp = json::object();
   bool inside_all = true;
@@ -257,6 +312,7 @@ int lab_bisect(int argc, char** argv) {
     auto rec = lab::run_experiment(s, *opt);
     if (!rec) return rec.error();
     (*rec)["kind"] = "bisect";
+    if (auto key = lab::measurement_key(s, opt->build)) (*rec)["measurement_key"] = *key;
     (*rec)["bisect"] = {{"good", *good}, {"bad", *bad}, {"commit", commits[i]}};
     if (!a.has("--no-ledger")) {
       auto st = lab::append_record(ledger_path(a, *root), *rec, a.has("--ledger") ? "" : *root);

@@ -37,7 +37,7 @@ const char* kLogUsage =
     "usage: ouro lab log [--verdict V] [--metric NAME] [--grep TEXT] [-n N] [--json] [--ledger PATH]\n"
     "  One line per experiment, newest first: id, date, verdict, level, the headline metric's\n"
     "  candidate/baseline ratio with its 95% CI, and the question.\n"
-    "  --verdict V    only accept, reject or inconclusive records\n"
+    "  --verdict V    only accept, reject or inconclusive records (or ouro agent's refused, skipped, error)\n"
     "  --metric NAME  only records with statistics for NAME, and show NAME's ratio instead of the headline\n"
     "  --grep TEXT    only records whose id, question, hypothesis, command, spec path, reasons or note\n"
     "                 contain TEXT (case-insensitive)\n"
@@ -177,8 +177,9 @@ int lab_log(int argc, char** argv) {
   if (int rc = parse(a, argc, argv, {"--verdict", "--metric", "--grep", "-n"}, {"--json"}, kLogUsage, 0, &path); rc >= 0)
     return rc;
   const std::string verdict = a.str("--verdict"), metric = a.str("--metric"), grep = a.str("--grep");
-  if (a.has("--verdict") && verdict != "accept" && verdict != "reject" && verdict != "inconclusive")
-    return report(usage_error("flag --verdict: '" + verdict + "' is not one of accept, reject, inconclusive"));
+  if (a.has("--verdict") && verdict != "accept" && verdict != "reject" && verdict != "inconclusive" && verdict != "refused" &&
+      verdict != "skipped" && verdict != "error")
+    return report(usage_error("flag --verdict: '" + verdict + "' is not one of accept, reject, inconclusive, refused, skipped, error"));
   auto n = a.integer("-n", 0, 1, 1000000000);
   if (!n) return report(n.error());
   auto recs = load(path, true);

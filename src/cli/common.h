@@ -51,6 +51,8 @@ int cmd_probe(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 int cmd_loadtest(int argc, char** argv);
 int cmd_quality(int argc, char** argv);
+int cmd_mcp(int argc, char** argv);
+int cmd_agent(int argc, char** argv);
 
 }  // namespace ouro
 

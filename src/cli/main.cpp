@@ -24,8 +24,10 @@ const char* kUsage =
     "  probe       the machine's ceiling: memory bandwidth and peak compute\n"
     "  microbench  one kernel or op, timed, with its output for correctness checks\n"
     "  lab         experiments: run, plan, bisect, and the ledger (log, show, verify, report)\n"
+    "  mcp         the lab as an MCP server on stdio, for coding agents (docs/agents.md)\n"
     "  loadtest    load an OpenAI-compatible server: throughput, TTFT/TPOT/ITL percentiles, goodput\n"
     "  quality     what a quantization costs: perplexity, KL divergence, top-1 and greedy agreement\n"
+    "  agent       the loop that proposes experiments, runs them in the lab and learns from the verdicts\n"
     "\n"
     "Run 'ouro <command> --help' for a command's options.\n";
 
@@ -46,7 +48,7 @@ int main(int argc, char** argv) {
       {"detokenize", ouro::cmd_detokenize}, {"logits", ouro::cmd_logits}, {"bench", ouro::cmd_bench},
       {"trace", ouro::cmd_trace},       {"probe", ouro::cmd_probe}, {"serve", ouro::cmd_serve},
       {"microbench", ouro::cmd_microbench}, {"lab", ouro::cmd_lab},
-      {"loadtest", ouro::cmd_loadtest}, {"quality", ouro::cmd_quality},
+      {"loadtest", ouro::cmd_loadtest}, {"quality", ouro::cmd_quality}, {"mcp", ouro::cmd_mcp}, {"agent", ouro::cmd_agent},
   };
   for (const auto& c : cmds) {
     if (std::strcmp(cmd, c.name) != 0) continue;

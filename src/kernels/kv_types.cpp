@@ -156,9 +156,10 @@ std::string KvSpec::describe() const {
     size_t e = l;
     while (e + 1 < k.size() && k[e + 1] == k[l] && v[e + 1] == v[l]) ++e;
     if (!s.empty()) s += ",";
-    s += std::to_string(l) + "-" + std::to_string(e) + ":";
-    s += k[l] == v[l] ? std::string(kv_type_name(k[l]))
-                      : std::string("k=") + kv_type_name(k[l]) + "/v=" + kv_type_name(v[l]);
+    // Written as --kv-layers reads it: one range for both sides, or one entry per side.
+    const std::string range = std::to_string(l) + "-" + std::to_string(e) + ":";
+    s += k[l] == v[l] ? range + kv_type_name(k[l])
+                      : range + "k=" + kv_type_name(k[l]) + "," + range + "v=" + kv_type_name(v[l]);
     l = e + 1;
   }
   return s;

@@ -99,21 +99,34 @@ Expected<std::string> resolve_commit(const std::string& repo_root, const std::st
   return trim(*r);
 }
 
-Expected<Binary> prepare_binary(const BuildContext& ctx, const Side& side) {
+Expected<Binary> describe_side(const BuildContext& ctx, const Side& side) {
   Binary b;
   b.revision = side.revision;
   b.build = side.build;
+  if (side.revision != "worktree") {
+    auto commit = resolve_commit(ctx.repo_root, side.revision);
+    if (!commit) return commit.error();
+    b.commit = *commit;
+    return b;
+  }
+  auto head = resolve_commit(ctx.repo_root, "HEAD");
+  if (!head) return head.error();
+  b.commit = *head;
+  auto st = capture({"git", "status", "--porcelain", "--untracked-files=no"}, ctx.repo_root);
+  if (!st) return st.error();
+  b.dirty = !trim(*st).empty();
+  if (b.dirty) {
+    auto d = capture({"git", "diff", "HEAD"}, ctx.repo_root);
+    if (d) b.diff_sha256 = sha256_hex(*d);
+  }
+  return b;
+}
+
+Expected<Binary> prepare_binary(const BuildContext& ctx, const Side& side) {
+  auto described = describe_side(ctx, side);
+  if (!described) return described.error();
+  Binary b = *described;
   if (side.revision == "worktree") {
-    auto head = resolve_commit(ctx.repo_root, "HEAD");
-    if (!head) return head.error();
-    b.commit = *head;
-    auto st = capture({"git", "status", "--porcelain", "--untracked-files=no"}, ctx.repo_root);
-    if (!st) return st.error();
-    b.dirty = !trim(*st).empty();
-    if (b.dirty) {
-      auto d = capture({"git", "diff", "HEAD"}, ctx.repo_root);
-      if (d) b.diff_sha256 = sha256_hex(*d);
-    }
     if (side.build.empty() && !ctx.worktree_bin.empty()) {
       b.path = ctx.worktree_bin;
       b.write_dir = fs::path(ctx.worktree_bin).parent_path().string();
@@ -129,9 +142,6 @@ Expected<Binary> prepare_binary(const BuildContext& ctx, const Side& side) {
     if (access(b.path.c_str(), X_OK) != 0) return runtime_error("no ouro binary at " + b.path + " (build it, or drop --no-build)");
     return b;
   }
-  auto commit = resolve_commit(ctx.repo_root, side.revision);
-  if (!commit) return commit.error();
-  b.commit = *commit;
   std::error_code ec;
   fs::create_directories(ctx.cache_root + "/trees", ec);
   CacheLock lock(ctx.cache_root + "/lock");

@@ -34,6 +34,9 @@ std::string default_cache_root();
 Expected<std::string> repo_root_of(const std::string& start);
 // Resolves a revision to a full commit id (an error names the revision).
 Expected<std::string> resolve_commit(const std::string& repo_root, const std::string& rev);
+// What a side will run, without building: the resolved commit and, for "worktree", whether the
+// checkout is dirty and the hash of its diff (path and write_dir stay empty).
+Expected<Binary> describe_side(const BuildContext& ctx, const Side& side);
 // Builds (or finds cached) the binary for one side.
 Expected<Binary> prepare_binary(const BuildContext& ctx, const Side& side);
 

@@ -473,6 +473,7 @@ std::string log_line(const json& rec, const std::string& metric) {
   std::string kind = jstr(rec, "kind");
   std::string q = spec ? jstr(*spec, "question") : "";
   if (kind == "rerun" || kind == "bisect") q = "[" + kind + (kind == "rerun" ? " of " + jstr(rec, "rerun_of") : "") + "] " + q;
+  if (kind.rfind("agent-", 0) == 0) q = "[" + kind + "] " + jstr(rec, "summary");  // ouro agent's own records (no spec)
   char b[512];
   std::snprintf(b, sizeof b, "%-6s %-10s %-12s %-6s %-40s %s", id.empty() ? "-" : id.c_str(),
                 date.empty() ? "-" : date.c_str(), verdict.empty() ? "-" : verdict.c_str(),
@@ -495,6 +496,8 @@ std::string show_record(const json& rec) {
     field("hash:       ", jstr(rec, "hash"));
     field("prev:       ", jstr(rec, "prev"));
     field("rerun of:   ", jstr(rec, "rerun_of"));
+    field("summary:    ", jstr(rec, "summary"));
+    field("goal:       ", jstr(rec, "goal"));
     field("question:   ", jstr(sp, "question"));
     field("hypothesis: ", jstr(sp, "hypothesis"));
     std::string lv = jstr(sp, "level");
@@ -580,6 +583,13 @@ std::string show_record(const json& rec) {
       o << "reasons:\n";
       for (const json& x : *rs) o << "  - " << clean(x.is_string() ? x.get<std::string>() : safe_dump(x), 400) << "\n";
     }
+    if (const json* ln = jarr(rec, "learned"); ln && !ln->empty()) {  // ouro agent's account
+      o << "learned:\n";
+      for (const json& x : *ln) o << "  - " << clean(x.is_string() ? x.get<std::string>() : safe_dump(x), 400) << "\n";
+    }
+    if (const json* off = jarr(rec, "offered_for_merge"))
+      for (const json& x : *off)
+        o << "offered for merge: " << clean(jstr(x, "branch"), 120) << " (" << clean(jstr(x, "merge"), 140) << ")\n";
     if (const json* at = jarr(rec, "attribution"); at && !at->empty()) {
       o << "attribution (per op, candidate vs baseline):\n";
       for (const json& x : *at) {

@@ -85,6 +85,9 @@ PlannedSpec engine_spec(const std::string& base, const std::string& cand, const 
   return p;
 }
 
+
+}  // namespace
+
 std::vector<std::string> split_ws(const std::string& s) {
   std::istringstream in(s);
   std::vector<std::string> v;
@@ -92,8 +95,6 @@ std::vector<std::string> split_ws(const std::string& s) {
   while (in >> w) v.push_back(w);
   return v;
 }
-
-}  // namespace
 
 Expected<Plan> plan_revisions(const std::string& repo_root, const std::string& base, const std::string& cand) {
   std::string bc = base, cc = cand;

@@ -24,6 +24,9 @@ struct Plan {
   std::vector<std::string> notes;    // e.g. "tokenizer: a correctness question, not a speed one"
 };
 
+// Whitespace-separated words (launch arguments as people type them, without quoting).
+std::vector<std::string> split_ws(const std::string& s);
+
 // Between two revisions of the repository (git diff BASE CAND).
 Expected<Plan> plan_revisions(const std::string& repo_root, const std::string& base, const std::string& cand);
 // Between two launch configurations of one revision ("-t 1" vs "-t 2"), each a whitespace-separated

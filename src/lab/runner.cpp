@@ -536,7 +536,7 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
   }
 
   json record;
-  record["kind"] = "run";
+  record["kind"] = opt.correctness_only ? "correctness" : "run";
   record["spec_path"] = spec.path;
   record["spec"] = spec_to_json(spec);
   record["spec_toml"] = spec.toml;
@@ -685,6 +685,19 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
   correctness["spec"] = corr_spec;
   correctness["heldout"] = corr_held;
   record["correctness"] = correctness;
+  if (opt.correctness_only) {
+    // No timing: only the criteria that name nothing but correctness figures can be judged.
+    Spec only = spec;
+    std::erase_if(only.criteria, [](const Criterion& cr) {
+      for (const auto& n : expr_names(*cr.expr))
+        if (n.rfind("correctness.", 0) != 0) return true;
+      return false;
+    });
+    const Judged j = judge(only, {}, {}, correctness, 1);
+    record["criteria"] = j.criteria;
+    reasons.insert(reasons.end(), j.reasons.begin(), j.reasons.end());
+    return finish(j.any_fail ? "reject" : "accept");
+  }
 
   // 4. Timing: warm-up, then ABBA pairs with a bandwidth figure before each pair; extend while
   //    a criterion is inconclusive, up to max_repeats.

@@ -18,6 +18,8 @@ struct RunOptions {
   std::string command;      // the reference command, for the record
   std::string note;         // the proposer's note
   double quiet_wait_s = 20; // how long to wait for a quiet machine before going on (and saying so)
+  bool correctness_only = false;  // stop after the correctness check: a record of kind "correctness",
+                                 // judged on the criteria that name only correctness figures
   bool verbose = true;
 };
 

@@ -324,7 +324,21 @@ void Scheduler::on_token(Seq& s, float* logits) {
   const int nv = e_.model().config().n_vocab;
   GenEvent ev;
   if (s.req.logprobs >= 0) std::copy(logits, logits + nv, row_copy_.begin());
+  if (s.req.constraint) {
+    // Tokens left to this request, this one included: the document must close within them.
+    const int budget = std::min(s.req.max_tokens - s.generated, max_sequence_tokens() - (int)s.tokens.size());
+    trace::Span span("constrain", "op");
+    if (s.req.constraint->mask(logits, nv, budget, s.req.stop_ids) == 0) {
+      finish(s, "length");
+      return;
+    }
+  }
   const int id = s.sampler->sample(logits, nv, s.tokens);
+  if (s.req.constraint && std::find(s.req.stop_ids.begin(), s.req.stop_ids.end(), id) == s.req.stop_ids.end() &&
+      !s.req.constraint->accept(id)) {
+    finish(s, "error", "constrained decoding sampled a token outside the mask");
+    return;
+  }
   if (s.req.logprobs >= 0) {
     // log-softmax of the model's logits (before penalties and temperature)
     const float mx = *std::max_element(row_copy_.begin(), row_copy_.end());

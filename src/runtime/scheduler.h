@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/engine.h"
+#include "runtime/json_constraint.h"
 #include "runtime/kv_blocks.h"
 #include "runtime/metrics.h"
 
@@ -47,6 +48,9 @@ struct GenRequest {
   std::vector<int> stop_ids;        // end-of-sequence tokens
   std::vector<std::string> stop;    // stop strings (not part of the output)
   int logprobs = -1;                // -1: off; else how many alternatives per token (0..20)
+  // response_format: tokens that cannot continue a valid document are masked before sampling
+  // (used on the scheduler thread only).
+  std::shared_ptr<JsonConstraint> constraint;
   // Called on the scheduler thread, in order; kDone comes last. Must not block.
   std::function<void(GenEvent&&)> on_event;
 };

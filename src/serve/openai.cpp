@@ -147,6 +147,12 @@ void OpenAiApi::handle(const HttpRequest& req, const std::shared_ptr<Exchange>& 
   completion(req, ex, req.path == "/v1/chat/completions");
 }
 
+std::shared_ptr<const VocabTrie> OpenAiApi::vocab() {
+  std::lock_guard<std::mutex> lock(vocab_mu_);
+  if (!vocab_) vocab_ = std::make_shared<VocabTrie>(e_.tokenizer());
+  return vocab_;
+}
+
 void OpenAiApi::completion(const HttpRequest& req, const std::shared_ptr<Exchange>& ex, bool chat) {
   // The request's first interval (parse, template, tokenize, submit) on the HTTP thread; a flow
   // ties it to the scheduler steps that run it and to its end.
@@ -277,6 +283,49 @@ void OpenAiApi::completion(const HttpRequest& req, const std::shared_ptr<Exchang
     int64_t lp = -1;
     if (auto e = get_int(body, "logprobs", 0, 20, &lp)) return fail(*e);
     g.logprobs = (int)lp;
+  }
+
+  // Structured output: {"type": "text" | "json_object" | "json_schema", "json_schema": {"name",
+  // "schema", "strict"}} (OpenAI); llama-server's {"type": "json_object", "schema": {...}} too.
+  if (const json* rf = field(body, "response_format")) {
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+      return fail(bad("response_format", "'response_format' must be an object with a string 'type' (text, json_object, json_schema)"));
+    const std::string type = (*rf)["type"].get<std::string>();
+    std::shared_ptr<const JsonGrammar> grammar;
+    if (type == "json_schema" || (type == "json_object" && rf->contains("schema"))) {
+      const json* schema = nullptr;
+      if (type == "json_schema") {
+        const json* js = rf->contains("json_schema") ? &(*rf)["json_schema"] : nullptr;
+        if (!js || !js->is_object())
+          return fail(bad("response_format.json_schema", "'response_format.json_schema' must be an object with a 'schema'"));
+        if (js->contains("name") && !(*js)["name"].is_string())
+          return fail(bad("response_format.json_schema.name", "'name' must be a string"));
+        if (js->contains("strict") && !(*js)["strict"].is_boolean() && !(*js)["strict"].is_null())
+          return fail(bad("response_format.json_schema.strict", "'strict' must be a boolean"));
+        if (js->contains("schema")) schema = &(*js)["schema"];
+      } else {
+        schema = &(*rf)["schema"];
+      }
+      if (schema) {
+        auto g = compile_json_schema(*schema);
+        if (!g) return fail(bad("response_format", "response_format schema: " + g.error().message));
+        grammar = *g;
+      } else {
+        grammar = json_object_grammar();
+      }
+    } else if (type == "json_object") {
+      grammar = json_object_grammar();
+    } else if (type != "text") {
+      return fail(bad("response_format.type", "unknown response_format type '" + type + "' (text, json_object, json_schema)"));
+    }
+    if (grammar) {
+      const int need = min_document_bytes(*grammar);
+      if (need > g.max_tokens)
+        return fail(bad(mt_name,
+                        std::string(mt_name) + " " + std::to_string(g.max_tokens) +
+                            " cannot hold the shortest document the response_format admits (" + std::to_string(need) + " tokens)"));
+      g.constraint = std::make_shared<JsonConstraint>(grammar, vocab());
+    }
   }
 
   // The answer, built from the scheduler's events (on its thread).

@@ -4,6 +4,7 @@
 #pragma once
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "runtime/engine.h"
@@ -27,12 +28,16 @@ class OpenAiApi {
 
  private:
   void completion(const HttpRequest& req, const std::shared_ptr<Exchange>& ex, bool chat);
+  // The vocabulary trie for response_format, built by the first request that needs it.
+  std::shared_ptr<const VocabTrie> vocab();
   Engine& e_;
   Scheduler& s_;
   ServeMetrics& m_;
   ApiOptions o_;
   std::atomic<bool> shutting_down_{false};
   std::atomic<uint64_t> next_id_{1};
+  std::mutex vocab_mu_;
+  std::shared_ptr<const VocabTrie> vocab_;
 };
 
 }  // namespace ouro

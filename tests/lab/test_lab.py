@@ -121,6 +121,38 @@ def test_identical_configurations_show_no_change(ouro_bin, tmp_path):
     assert rejects <= 1
 
 
+def test_identical_request_returns_the_stored_record(ouro_bin, tmp_path):
+    """Nobody re-rolls a measurement until a lucky number comes up: the same request (same binaries,
+    options, workload, repeats, metrics and criteria; the question and note do not count) returns
+    the stored record without measuring or appending; --force measures again and says so."""
+    ledger = tmp_path / "ledger.jsonl"
+    spec_a = write_spec(tmp_path, KERNEL_SPEC.format(cand="").replace("repeats = 5", "repeats = 2\nmax_repeats = 2"), "a.toml")
+    spec_b = write_spec(tmp_path, KERNEL_SPEC.format(cand="").replace("repeats = 5", "repeats = 2\nmax_repeats = 2")
+                        .replace("Is rmsnorm as fast", "Asked differently: is rmsnorm as fast"), "b.toml")
+
+    def run(spec, *extra):
+        p = lab(ouro_bin, tmp_path, "run", spec, "--ledger", ledger, "--bin", ouro_bin, "--quiet-wait", "5", *extra)
+        assert p.returncode in (0, 3, 4), p.stderr
+        return p
+
+    p1 = run(spec_a, "--json", "--note", "first")
+    first = json.loads(p1.stdout)
+    assert first["id"] == "E0001" and len(first["measurement_key"]) == 64 and "reused" not in first
+    p2 = run(spec_b, "--json", "--note", "second")
+    second = json.loads(p2.stdout)
+    assert second["reused"] is True and second["id"] == "E0001" and second["hash"] == first["hash"]
+    assert second["identical_records"] == ["E0001"] and p2.returncode == p1.returncode
+    assert "identical to E0001" in p2.stderr and "checking correctness" not in p2.stderr and p2.elapsed < 5
+    p3 = run(spec_a)  # the text form says what happened
+    assert p3.stdout.startswith("identical to E0001: returning the stored record (use --force to measure again)")
+    assert len(ledger.read_text().splitlines()) == 1
+    forced = json.loads(run(spec_a, "--json", "--force").stdout)
+    assert forced["id"] == "E0002" and forced["forced"] is True and forced["force_of"] == "E0001"
+    assert forced["measurement_key"] == first["measurement_key"] and "reused" not in forced
+    assert len(ledger.read_text().splitlines()) == 2
+    assert lab(ouro_bin, tmp_path, "verify", "--ledger", ledger).returncode == 0
+
+
 def test_a_real_difference_is_found_by_the_same_spec(ouro_bin, tmp_path):
     """The statistics are not blind: the matmul kernel forced to the scalar reference is slower."""
     spec = KERNEL_SPEC.format(cand='args = ["--isa", "scalar"]').replace('"rmsnorm"', '"matmul"').replace(

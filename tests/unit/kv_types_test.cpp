@@ -610,7 +610,10 @@ TEST(KvSpecParse, LayerOverrides) {
     EXPECT_EQ(s.k[l], l <= 2 ? KvType::kInt8 : KvType::kF32) << l;
     EXPECT_EQ(s.v[l], KvType::kF32) << l;
   }
-  EXPECT_EQ(s.describe(), "0-2:k=int8/v=f32,3-29:f32");
+  EXPECT_EQ(s.describe(), "0-2:k=int8,0-2:v=f32,3-29:f32");
+  back = must_parse("", s.describe());  // mixed K/V ranges read back too
+  EXPECT_EQ(back.k, s.k);
+  EXPECT_EQ(back.v, s.v);
 
   // Overrides apply on top of --kv, per side.
   s = must_parse("bf16", "-2:k=int8,28-:v=fp8");

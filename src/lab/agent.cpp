@@ -106,6 +106,9 @@ class Agent {
   // A proposal, or nullopt with the step recorded as skipped (or the loop told to stop).
   Expected<std::optional<Proposal>> propose(int n, bool* stop);
   Expected<std::optional<Proposal>> ask_llm(int n, bool* stop);
+  // Keeps the system prompt, the context and the latest exchanges, so that a long run still fits
+  // a small model's context.
+  void trim_history();
   // Appends an agent-step record (fields of `extra` added); its id.
   Expected<std::string> append_step(int n, const std::string& verdict, const std::vector<std::string>& reasons, const json& proposal,
                                     const json& extra);
@@ -171,6 +174,16 @@ Status Agent::record_step(int n, const std::string& verdict, const std::vector<s
   return Ok{};
 }
 
+void Agent::trim_history() {
+  constexpr size_t kHead = 2, kTail = 12;
+  if (messages_.size() <= kHead + kTail) return;
+  json kept = json::array();
+  for (size_t i = 0; i < kHead; ++i) kept.push_back(messages_[i]);
+  kept.push_back({{"role", "user"}, {"content", "(earlier steps left out; their records are in the ledger)"}});
+  for (size_t i = messages_.size() - kTail; i < messages_.size(); ++i) kept.push_back(messages_[i]);
+  messages_ = std::move(kept);
+}
+
 Expected<std::optional<Proposal>> Agent::ask_llm(int n, bool* stop) {
   messages_.push_back({{"role", "user"},
                        {"content", "Step " + std::to_string(n) + " of " + std::to_string(o_.budget) +
@@ -186,7 +199,12 @@ Expected<std::optional<Proposal>> Agent::ask_llm(int n, bool* stop) {
         return s.error();
       return std::optional<Proposal>();
     }
-    messages_.push_back({{"role", "assistant"}, {"content", *reply}});
+    // The conversation keeps a reply only up to 1,500 characters: a rambling reply (a small
+    // model can fill its whole budget with one string) must not crowd the proposer's context out.
+    constexpr size_t kKeep = 1500;
+    messages_.push_back({{"role", "assistant"},
+                         {"content", reply->size() <= kKeep ? *reply : reply->substr(0, kKeep) + " ... [truncated]"}});
+    trim_history();
     auto p = parse_proposal(*reply, o_.nproc);
     if (p) return std::optional<Proposal>(*p);
     last_error = p.error().message;
@@ -508,7 +526,7 @@ Expected<json> Agent::run() {
           "You propose performance experiments for Ouro, a C++ LLM inference engine with an optimization lab. Each proposal is "
           "measured by `ouro lab run` (baseline = the current configuration, candidate = your change, ABBA pairs, correctness "
           "checked) and judged by criteria that people wrote; you cannot change the criteria. Reply with one JSON object only: "
-          "{\"hypothesis\": string, \"level\": \"kernel\"|\"op\"|\"engine\"|\"serve\", \"params\": {launch parameters to change: "
+          "{\"hypothesis\": string, \"level\": \"kernel\"|\"op\"|\"engine\"|\"serve\", \"params\": {each launch parameter, null to leave it as it is: "
           "threads (integer 1.." + std::to_string(o_.nproc) + "), kv (f32|bf16|fp8|int8), weights (native|w8a8), isa "
           "(auto|avx512|avx2|scalar), ctx (integer)}, \"diff\": a unified diff against the repository (or \"\"), "
           "\"expected_effect\": string}. A diff may not touch tests/, experiments/criteria/ or experiments/ledger.jsonl."}});

@@ -8,8 +8,6 @@ Expected<std::string> chat_complete(const ChatEndpoint& ep, const json& messages
   const json body = {{"model", ep.model},
                      {"messages", messages},
                      {"temperature", 0},
-                     // Room for a diff; a server that constrains to the schema closes the document within it.
-                     {"max_tokens", 2048},
                      {"response_format",
                       {{"type", "json_schema"}, {"json_schema", {{"name", "ouro_proposal"}, {"schema", schema}, {"strict", true}}}}}};
   http::Request req;

@@ -121,25 +121,30 @@ Expected<LaunchParams> parse_launch_args(const std::string& text, const std::str
 }
 
 json proposal_schema(int nproc) {
-  json params = {{"type", "object"}, {"additionalProperties", false}, {"properties", json::object()}};
+  // Strict-mode shape (OpenAI's structured outputs): every property required, no others; a
+  // parameter the proposal leaves alone is null.
+  json params = {{"type", "object"}, {"additionalProperties", false}, {"properties", json::object()},
+                 {"required", json::array()}};
   for (const auto& r : param_rules(nproc)) {
-    json p;
+    json e = json::array();
+    std::string type;
     if (!r.values.empty()) {
-      p = {{"type", "string"}, {"enum", r.values}};
+      type = "string";
+      for (const auto& v : r.values) e.push_back(v);
     } else if (r.hi - r.lo < 64) {
       // An enum rather than minimum/maximum: constrained decoders (ouro serve's) support enum.
-      json e = json::array();
+      type = "integer";
       for (long long v = r.lo; v <= r.hi; ++v) e.push_back(v);
-      p = {{"type", "integer"}, {"enum", e}};
     } else {
       // Typical sizes only (a small model fills every property it is offered); any value in the
       // range is accepted from endpoints that do not enforce the schema.
-      json e = json::array();
+      type = "integer";
       for (long long v = 512; v <= std::min(r.hi, 32768LL); v *= 2)
         if (v >= r.lo) e.push_back(v);
-      p = {{"type", "integer"}, {"enum", e}};
     }
-    params["properties"][r.name] = p;
+    e.push_back(nullptr);
+    params["properties"][r.name] = {{"type", {type, "null"}}, {"enum", e}};
+    params["required"].push_back(r.name);
   }
   return {{"type", "object"},
           {"additionalProperties", false},

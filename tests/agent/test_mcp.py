@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import queue
+import random
 import shutil
 import subprocess
 import threading
@@ -328,5 +329,79 @@ def test_stateless_call_without_initialize(ouro_bin, fresh):
         assert len(res["structuredContent"]["records"]) == 2
         disc = srv.request("server/discover")["result"]
         assert disc["supportedVersions"][0] == "2026-07-28"
+    finally:
+        assert srv.close() == 0
+
+
+def test_fuzzed_messages_never_crash_or_corrupt_stdout(ouro_bin, fresh):
+    """400 random and mutated JSON-RPC lines (byte flips, truncations, junk values, missing and
+    unknown keys, on cheap methods and read-only tools): after each, a ping must still be answered,
+    and every line the server writes is one JSON-RPC 2.0 object with a result or an error."""
+    rng = random.Random(2026)
+    base = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "f", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {"jsonrpc": "2.0", "id": 3, "method": "server/discover"},
+        {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "lab_log", "arguments": {"n": 2}}},
+        {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "lab_show", "arguments": {"id": "E0001"}}},
+        {"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "lab_status", "arguments": {"job_id": "nope"}}},
+        {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "lab_result", "arguments": {"job_id": "../x"}}},
+    ]
+    junk = [None, True, 0, -1, 2 ** 70, 1e308, "", "x" * 5000, [], {}, [1, [2]], {"a": {"b": None}}, "\u0000", "é"]
+
+    def mutate_value(msg):
+        m = json.loads(json.dumps(msg))
+        node = m
+        path = []
+        while isinstance(node, dict) and node and rng.random() < 0.7:
+            k = rng.choice(list(node))
+            path.append(k)
+            if not isinstance(node[k], dict):
+                break
+            node = node[k]
+        parent = m
+        for k in path[:-1]:
+            parent = parent[k]
+        r = rng.random()
+        if path and r < 0.4:
+            parent[path[-1]] = rng.choice(junk)
+        elif path and r < 0.6:
+            del parent[path[-1]]
+        else:
+            (parent if isinstance(parent, dict) else m)["x" + str(rng.randint(0, 9))] = rng.choice(junk)
+        return json.dumps(m).encode()
+
+    def mutate_bytes(msg):
+        b = bytearray(json.dumps(msg).encode())
+        for _ in range(rng.randint(1, 4)):
+            op, i = rng.random(), rng.randrange(len(b))
+            if op < 0.4:
+                b[i] = rng.randrange(256)
+            elif op < 0.7:
+                del b[i:i + rng.randint(1, 8)]
+            else:
+                b[i:i] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 4)))
+        return bytes(b).replace(b"\n", b" ")
+
+    srv = Server(ouro_bin, fresh, name="fuzz")
+    try:
+        for i in range(400):
+            msg = rng.choice(base)
+            line = mutate_value(msg) if rng.random() < 0.5 else mutate_bytes(msg)
+            srv.send_raw(line + b"\n")
+            ping_id = f"ping-{i}"
+            srv.send({"jsonrpc": "2.0", "id": ping_id, "method": "ping"})
+            while True:
+                reply = srv.recv(timeout=60)
+                assert isinstance(reply, dict) and reply.get("jsonrpc") == "2.0", (line[:200], reply)
+                assert ("result" in reply) != ("error" in reply), (line[:200], reply)
+                if reply.get("id") == ping_id:
+                    assert reply["result"] == {}, reply
+                    break
+        assert srv.proc.poll() is None, "the server exited"
+        for raw in srv.stdout_lines:
+            json.loads(raw)
     finally:
         assert srv.close() == 0

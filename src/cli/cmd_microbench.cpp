@@ -27,6 +27,8 @@ const char* kUsage =
     "                output [T, M]. --cols must be a multiple of the type's block (32; q4_k 256).\n"
     "                Or on a model's weights: -m MODEL.gguf --tensor blk.0.ffn_gate.weight --tokens T\n"
     "                (M and K and the type come from the tensor; it is packed as the model packs it)\n"
+    "                --w8a8: requantize the weights to int8 per row and quantize activations per\n"
+    "                token, as --weights w8a8 does (--dump-inputs writes the int8 weights' values)\n"
     "  rmsnorm       --cols* N --tokens T (1)          output [T, N] (eps 1e-5)\n"
     "  softmax       --cols* N --tokens T (1)          output [T, N]\n"
     "  swiglu        --cols* N --tokens T (1)          output [T, N] = silu(g) * u\n"
@@ -65,7 +67,7 @@ int cmd_microbench(int argc, char** argv) {
   std::vector<std::string> value_flags = {"--type", "--seed", "--iters", "--min-time", "--warmup", "--out",
                                           "--dump-inputs", "-t", "--threads", "--isa", "-m", "--model", "--tensor"};
   value_flags = concat(value_flags, mb::all_shape_flags());
-  if (Status s = a.parse(argc, argv, value_flags, {"--json"}); !s) return report(s.error());
+  if (Status s = a.parse(argc, argv, value_flags, {"--json", "--w8a8"}); !s) return report(s.error());
   if (a.positional().empty()) {
     std::string names;
     for (const auto& k : mb::kernels()) names += std::string(names.empty() ? "" : ", ") + k.name;
@@ -97,6 +99,7 @@ int cmd_microbench(int argc, char** argv) {
     s.type = a.str("--type");
     if (s.type.empty()) return report(usage_error("flag --type needs a value"));
   }
+  s.w8a8 = a.has("--w8a8");
   s.model = a.has("--model") ? a.str("--model") : a.str("-m");
   s.tensor = a.str("--tensor");
   if (a.has("--tensor") && s.tensor.empty()) return report(usage_error("flag --tensor needs a tensor name"));

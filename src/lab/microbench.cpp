@@ -188,7 +188,8 @@ class MatmulBench : public BenchBase {
       raw_ = random_weights(type_, rows_, cols_, rng);
       data_ = raw_.data();
     }
-    W_ = pack_matrix(type_, data_, cols_, rows_);
+    W_ = s_.w8a8 ? pack_matrix_w8a8(type_, data_, cols_, rows_) : pack_matrix(type_, data_, cols_, rows_);
+    if (s_.w8a8) params["w8a8"] = true;
     X_ = rng.uniform_vec(T_ * cols_, -1.0f, 1.0f);
     Y_.assign(T_ * rows_, 0.0f);
     params["rows"] = rows_;
@@ -201,7 +202,7 @@ class MatmulBench : public BenchBase {
   // the forward pass), then one parallel region of the chosen kernel family.
   void run() override {
     fault::at_op("matmul");
-    qa_.resize(T_, cols_);
+    qa_.resize(T_, cols_, wants_per_token(W_));
     qa_.x = X_.data();
     for_tokens(pool_.get(), T_, "quantize", [&](int64_t t0, int64_t t1) { quantize_acts(X_.data(), t0, t1, qa_); });
     MatmulJob job{&W_, Y_.data(), rows_};
@@ -219,7 +220,11 @@ class MatmulBench : public BenchBase {
   std::vector<Array> inputs() const override {
     Array w{"weights", {(size_t)rows_, (size_t)cols_}, std::vector<float>(rows_ * cols_)};
     const size_t rb = row_bytes(type_, cols_);
-    for (int64_t r = 0; r < rows_; ++r) type_traits(type_)->dequant_row(data_ + r * rb, &w.data[r * cols_], cols_);
+    for (int64_t r = 0; r < rows_; ++r) {
+      if (!s_.w8a8) type_traits(type_)->dequant_row(data_ + r * rb, &w.data[r * cols_], cols_);
+      else  // the int8 weights the kernel multiplies (the requantization is part of the method)
+        for (int64_t k = 0; k < cols_; ++k) w.data[r * cols_ + k] = W_.value(r, k);
+    }
     return {std::move(w), Array{"x", {(size_t)T_, (size_t)cols_}, X_}};
   }
 
@@ -504,6 +509,7 @@ Expected<std::unique_ptr<Bench>> make_bench(const Setup& given) {
   if (on_tensor && !given.type.empty()) return usage_error("flag --type: the type comes from the tensor (--tensor)");
   if (!on_tensor && given.name == "matmul" && given.type.empty()) return usage_error("flag --type is required for matmul");
   if (given.name != "matmul" && !given.type.empty()) return usage_error("flag --type does not apply to " + given.name);
+  if (given.name != "matmul" && given.w8a8) return usage_error("flag --w8a8 does not apply to " + given.name);
   // Every shape key present and in range; defaults filled in (the CLI checks the same ranges, this
   // keeps other callers honest). With --tensor, matmul's rows and cols come from the tensor.
   Setup s = given;

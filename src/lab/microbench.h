@@ -36,6 +36,7 @@ struct Setup {
   std::map<std::string, int64_t> shape;  // every shape key of the kernel
   std::string type;                      // matmul: weight type (q4_0 q8_0 q4_k q4_1 f32 f16)
   std::string model, tensor;             // matmul on a GGUF tensor instead of synthetic weights
+  bool w8a8 = false;                     // matmul: weights requantized to int8 per row (kW8), per-token activations
   uint64_t seed = 0;
   int threads = 1;
   Isa isa = Isa::kScalar;                // resolved (never "auto")

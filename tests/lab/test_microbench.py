@@ -106,6 +106,42 @@ def test_matmul_isas_agree(ouro_bin, tmp_path, isa):
     np.testing.assert_allclose(y, y_auto, rtol=1e-5, atol=1e-5)
 
 
+def quantize_dequantize_per_token(x):
+    """W8A8's activations: one scale per token, d = amax/127, q = round-half-even(x * (127/amax))."""
+    amax = np.abs(x).max(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(amax > 0, np.rint(x * (np.float32(127) / amax)), np.float32(0))
+    return (q * (amax / np.float32(127))).astype(np.float32)
+
+
+@pytest.mark.parametrize("typ,rows,cols,tokens", [
+    ("q8_0", 37, 128, 1), ("q4_1", 21, 576, 3), ("f32", 13, 96, 4), ("q8_0", 70, 192, 17), ("q4_k", 9, 256, 6)])
+def test_matmul_w8a8_matches_numpy(ouro_bin, tmp_path, typ, rows, cols, tokens):
+    """--w8a8 dumps the int8 weights' values (rscale * s): with numpy's per-token int8 activations
+    the product is exact up to float32 rounding of the scales, whatever the tokens' grouping."""
+    y, inp, rec = run_kernel(ouro_bin, tmp_path, "matmul", "--type", typ, "--rows", rows, "--cols", cols,
+                             "--tokens", tokens, extra=["-t", 2, "--w8a8"])
+    assert rec["params"]["w8a8"] is True and y.shape == (tokens, rows)
+    w64 = inp["weights"].astype(np.float64)
+    ref = quantize_dequantize_per_token(inp["x"]).astype(np.float64) @ w64.T
+    mag = np.abs(inp["x"].astype(np.float64)) @ np.abs(w64).T
+    np.testing.assert_array_less(np.abs(y - ref), 1e-5 * mag + 1e-6)
+    # Each row holds at most 255 distinct multiples of its scale: really requantized to int8.
+    scales = np.abs(inp["weights"]).max(axis=1) / 127
+    np.testing.assert_allclose(inp["weights"] / scales[:, None], np.rint(inp["weights"] / scales[:, None]), atol=1e-3)
+
+
+@pytest.mark.parametrize("tokens", [1, 3, 4, 16, 21])
+def test_matmul_w8a8_isas_bitwise(ouro_bin, tmp_path, tokens):
+    """W8A8 sums int8 products in int32 (exact) and scales once per output, in the same order in
+    every kernel family: scalar, AVX2 and the best ISA give bit-identical results."""
+    shape = ["--type", "q4_1", "--rows", 45, "--cols", 576, "--tokens", tokens, "--w8a8", "-t", 2]
+    outs = {isa: run_kernel(ouro_bin, tmp_path, "matmul", *shape, extra=["--isa", isa])[0]
+            for isa in ("scalar", "avx2", "auto")}
+    for isa in ("avx2", "auto"):
+        assert outs[isa].view(np.uint32).tolist() == outs["scalar"].view(np.uint32).tolist(), isa
+
+
 # ---- element-wise and small kernels -------------------------------------------------------------
 
 def test_rmsnorm(ouro_bin, tmp_path):
@@ -231,6 +267,7 @@ def test_json_record(ouro_bin, tmp_path):
     (["argmax", "--cols", 8, "--isa", "sse9"], "--isa"),
     (["argmax", "--cols", 8, "--seed", "x"], "--seed"),
     (["argmax", "--cols", 8, "-t", 0], "-t"),
+    (["argmax", "--cols", 8, "--w8a8"], "--w8a8"),
 ])
 def test_usage_errors(ouro_bin, args, flag):
     proc = mb(ouro_bin, *args, check=False)

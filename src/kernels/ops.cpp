@@ -179,6 +179,47 @@ inline float dot_row(const float* q, const uint8_t* p, int hd) {
   }
 }
 
+// Four keys' dot_row at once, bit for bit: each key keeps dot_row's two accumulators and the same
+// FMAs, and the four horizontal sums are one transpose in hsum256's order (lo + hi, then pairs
+// two apart, then neighbours), so scores do not depend on whether a key came in a group of four.
+template <KvType T>
+inline void dot_rows4(const float* q, const uint8_t* const* p, int hd, float* out) {
+  constexpr int eb = (int)kv_elem_bytes(T);
+  __m256 a0[4], a1[4];
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) a0[k] = a1[k] = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 16 <= hd; i += 16) {
+    const __m256 ql = _mm256_loadu_ps(q + i), qh = _mm256_loadu_ps(q + i + 8);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      __m256 lo, hi;
+      load16<T>(p[k] + i * eb, &lo, &hi);
+      a0[k] = _mm256_fmadd_ps(ql, lo, a0[k]);
+      a1[k] = _mm256_fmadd_ps(qh, hi, a1[k]);
+    }
+  }
+  if (i < hd) {
+    const __m256 ql = _mm256_loadu_ps(q + i);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) a0[k] = _mm256_fmadd_ps(ql, load8<T>(p[k] + i * eb), a0[k]);
+  }
+  __m256 x[4];
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) x[k] = _mm256_add_ps(a0[k], a1[k]);
+  const __m256 y01 = _mm256_add_ps(_mm256_permute2f128_ps(x[0], x[1], 0x20), _mm256_permute2f128_ps(x[0], x[1], 0x31));
+  const __m256 y23 = _mm256_add_ps(_mm256_permute2f128_ps(x[2], x[3], 0x20), _mm256_permute2f128_ps(x[2], x[3], 0x31));
+  const __m256d d01 = _mm256_castps_pd(y01), d23 = _mm256_castps_pd(y23);
+  const __m256 z = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(d01, d23)), _mm256_castpd_ps(_mm256_unpackhi_pd(d01, d23)));
+  const __m256 h = _mm256_hadd_ps(z, z);  // lane 0: [key 0, key 2, ...], lane 1: [key 1, key 3, ...]
+  alignas(32) float f[8];
+  _mm256_store_ps(f, h);
+  out[0] = f[0];
+  out[1] = f[4];
+  out[2] = f[1];
+  out[3] = f[5];
+}
+
 // Any head_dim, any types: through the scalar decoder (slow; head dims that are not a multiple of 8).
 void attend_generic(const float* q, const KvPages& pg, int64_t n_keys, int hd, float scale, float* scores, float* out) {
   std::vector<float> row;
@@ -216,7 +257,15 @@ void attend_typed(const float* q, const KvPages& pg, int64_t n_keys, int hd, flo
   const KvSide& V = pg.v;
   for_blocks([&](int64_t p0, int64_t n, int blk) {
     const uint8_t* r = K.base + (int64_t)blk * K.block_bytes;
-    for (int64_t i = 0; i < n; ++i, r += K.row_bytes)
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4, r += 4 * K.row_bytes) {
+      const uint8_t* rows[4] = {r + K.data_off, r + K.row_bytes + K.data_off, r + 2 * K.row_bytes + K.data_off,
+                                r + 3 * K.row_bytes + K.data_off};
+      float d[4];
+      dot_rows4<KT>(q, rows, hd, d);
+      for (int k = 0; k < 4; ++k) scores[p0 + i + k] = d[k] * (kv_scale_of<KT>(r + k * K.row_bytes, K) * scale);
+    }
+    for (; i < n; ++i, r += K.row_bytes)
       scores[p0 + i] = dot_row<KT>(q, r + K.data_off, hd) * (kv_scale_of<KT>(r, K) * scale);
   });
   softmax_inplace(scores, n_keys);

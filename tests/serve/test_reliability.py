@@ -89,7 +89,7 @@ def run_concurrently(url, reqs, poll_running=True):
     return outs, seen[0]
 
 
-def test_outputs_do_not_depend_on_the_batch(server_url):
+def check_batch_independence(server_url):
     alone = [run_one(server_url, *req) for req in BATCH_REQUESTS]
     together, max_running = run_concurrently(server_url, BATCH_REQUESTS)
     diffs = [(req[1].get("messages", req[1].get("prompt")), a, t)
@@ -98,6 +98,17 @@ def test_outputs_do_not_depend_on_the_batch(server_url):
         "\n".join(f"  {str(p)[:80]!r}\n    alone:    {a!r}\n    batched:  {t!r}" for p, a, t in diffs)
     assert max_running > 1, "the requests never ran together (ouro_requests_running stayed <= 1)"
     servelib.wait_idle(server_url)
+
+
+def test_outputs_do_not_depend_on_the_batch(server_url):
+    check_batch_independence(server_url)
+
+
+def test_outputs_do_not_depend_on_the_batch_w8a8(serve_factory):
+    """The throughput mode (docs/serve.md): its int8 kernels group tokens by 4 and reduce a quad's
+    sums together, so a row's result must still not depend on how many rows share the step."""
+    srv = serve_factory("--weights", "w8a8", "--w8a8-ops", "qkv,o,gate_up,down,head")
+    check_batch_independence(srv.url)
 
 
 def test_64_concurrent_streams_all_complete(server_url):

@@ -8,8 +8,10 @@
 
 // GCC 12 flags the _mm512_undefined_* pass-through inside its own intrinsics as uninitialized
 // once the T < 4 variants of quad_w8 constant-fold their zero accumulators: a false positive.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace ouro {
 namespace {

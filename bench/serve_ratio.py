@@ -12,10 +12,9 @@ import json
 import statistics
 import subprocess
 
-CONFIGS = {
-    "native": "",
-    "w8a8+head": "--weights w8a8 --w8a8-ops qkv,o,gate_up,down,head",
-}
+from compare_serve import OURO_CONFIGS  # one definition of the two configurations
+
+CONFIGS = {"native": " ".join(OURO_CONFIGS["ouro"]), "w8a8+head": " ".join(OURO_CONFIGS["ouro-w8a8"])}
 
 
 def main():

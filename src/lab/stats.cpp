@@ -23,49 +23,46 @@ double percentile(std::vector<double> v, double q) {
 double mann_whitney_p(const std::vector<double>& a, const std::vector<double>& b) {
   const size_t n1 = a.size(), n2 = b.size();
   if (n1 == 0 || n2 == 0) return 1.0;
-  // Ranks of the pooled sample (average ranks for ties).
+  // Ranks of the pooled sample, doubled so that mid-ranks of ties (i + 1 + j) / 2 stay integers.
   std::vector<std::pair<double, int>> all;
   for (double x : a) all.push_back({x, 0});
   for (double x : b) all.push_back({x, 1});
   std::sort(all.begin(), all.end());
   const size_t n = all.size();
-  double r1 = 0, tie_term = 0;
-  bool ties = false;
+  std::vector<size_t> rank2(n);
+  size_t s1 = 0;  // doubled rank sum of a
+  double tie_term = 0;
   for (size_t i = 0; i < n;) {
     size_t j = i;
     while (j < n && all[j].first == all[i].first) ++j;
-    const double rank = 0.5 * (double)(i + 1 + j);  // mean of ranks i+1..j
     const double t = (double)(j - i);
-    if (t > 1) { ties = true; tie_term += t * t * t - t; }
-    for (size_t k = i; k < j; ++k)
-      if (all[k].second == 0) r1 += rank;
+    if (t > 1) tie_term += t * t * t - t;
+    for (size_t k = i; k < j; ++k) {
+      rank2[k] = i + 1 + j;
+      if (all[k].second == 0) s1 += rank2[k];
+    }
     i = j;
   }
-  const double u1 = r1 - (double)n1 * (n1 + 1) / 2.0;
-  const double mean = (double)n1 * n2 / 2.0;
-  if (!ties && n1 <= 30 && n2 <= 30) {
-    // Exact null distribution of U by the recurrence f(m, n, u) = f(m-1, n, u-n) + f(m, n-1, u).
-    const size_t umax = n1 * n2;
-    std::vector<std::vector<std::vector<double>>> f(n1 + 1, std::vector<std::vector<double>>(n2 + 1));
-    for (size_t m = 0; m <= n1; ++m)
-      for (size_t k = 0; k <= n2; ++k) {
-        f[m][k].assign(m * k + 1, 0.0);
-        if (m == 0 || k == 0) { f[m][k][0] = 1; continue; }
-        for (size_t u = 0; u <= m * k; ++u) {
-          double v = 0;
-          if (u >= k && u - k <= (m - 1) * k) v += f[m - 1][k][u - k];
-          if (u <= m * (k - 1)) v += f[m][k - 1][u];
-          f[m][k][u] = v;
-        }
-      }
-    double total = 0;
-    for (double x : f[n1][n2]) total += x;
-    const double dev = std::fabs(u1 - mean);
-    double tail = 0;
-    for (size_t u = 0; u <= umax; ++u)
-      if (std::fabs((double)u - mean) >= dev - 1e-9) tail += f[n1][n2][u];
+  const double mean2 = (double)n1 * (double)(n + 1);  // doubled rank sum's mean under the null
+  if (n1 <= 30 && n2 <= 30) {
+    // Exact permutation distribution of the doubled rank sum, ties included: ways[k][s] = number
+    // of k-subsets of the pooled sample with doubled rank sum s (C(60, 30) ~ 1e17 fits a double).
+    const size_t smax = 2 * n * n1;
+    std::vector<std::vector<double>> ways(n1 + 1, std::vector<double>(smax + 1, 0.0));
+    ways[0][0] = 1;
+    for (size_t e = 0; e < n; ++e)
+      for (size_t k = std::min(n1, e + 1); k >= 1; --k)
+        for (size_t s = smax; s >= rank2[e]; --s) ways[k][s] += ways[k - 1][s - rank2[e]];
+    const double dev = std::fabs((double)s1 - mean2);
+    double tail = 0, total = 0;
+    for (size_t s = 0; s <= smax; ++s) {
+      total += ways[n1][s];
+      if (std::fabs((double)s - mean2) >= dev - 1e-9) tail += ways[n1][s];
+    }
     return std::min(1.0, tail / total);
   }
+  const double u1 = 0.5 * (double)s1 - (double)n1 * (n1 + 1) / 2.0;
+  const double mean = (double)n1 * n2 / 2.0;
   const double var = (double)n1 * n2 / 12.0 * ((double)(n + 1) - tie_term / ((double)n * (n - 1)));
   if (var <= 0) return 1.0;
   const double z = (std::fabs(u1 - mean) - 0.5) / std::sqrt(var);

@@ -8,8 +8,9 @@
 namespace ouro::lab {
 
 double median(std::vector<double> v);
-// Two-sided p-value of the Mann-Whitney U test: exact (no ties, both sides <= 30) or the normal
-// approximation with tie and continuity corrections.
+// Two-sided p-value of the Mann-Whitney U test: exact when both sides have <= 30 values (the
+// permutation distribution of the mid-rank sum, ties included), else the normal approximation with
+// tie and continuity corrections.
 double mann_whitney_p(const std::vector<double>& a, const std::vector<double>& b);
 // Percentile (0..1) of v, linear interpolation.
 double percentile(std::vector<double> v, double q);

@@ -96,14 +96,20 @@ TEST(LabExpr, FuzzNeverCrashes) {
 }
 
 // The exact Mann-Whitney p-value against brute-force enumeration of every split of the pooled
-// sample (an independent computation of the same null distribution).
+// sample (an independent computation of the same null distribution), with and without ties (a tie
+// across the groups counts 1/2 in U).
 TEST(LabStats, MannWhitneyExactMatchesEnumeration) {
   std::mt19937 rng(3);
-  for (int trial = 0; trial < 20; ++trial) {
+  for (int trial = 0; trial < 40; ++trial) {
+    const bool tied = trial % 2 == 1;  // values drawn from a few levels: many ties
     const int n1 = 3 + rng() % 4, n2 = 3 + rng() % 4;
+    auto draw = [&](double lo, double hi) {
+      const double x = std::uniform_real_distribution<>(lo, hi)(rng);
+      return tied ? std::floor(x * 4) : x;
+    };
     std::vector<double> a, b, all;
-    for (int i = 0; i < n1; ++i) a.push_back(std::uniform_real_distribution<>(0, 1)(rng));
-    for (int i = 0; i < n2; ++i) b.push_back(std::uniform_real_distribution<>(0.2, 1.2)(rng));
+    for (int i = 0; i < n1; ++i) a.push_back(draw(0, 1));
+    for (int i = 0; i < n2; ++i) b.push_back(draw(0.2, 1.2));
     all = a;
     all.insert(all.end(), b.begin(), b.end());
     auto u_of = [&](const std::vector<int>& pick) {
@@ -111,7 +117,7 @@ TEST(LabStats, MannWhitneyExactMatchesEnumeration) {
       for (int i = 0; i < n1 + n2; ++i)
         if (pick[i])
           for (int j = 0; j < n1 + n2; ++j)
-            if (!pick[j] && all[i] > all[j]) u += 1;
+            if (!pick[j]) u += all[i] > all[j] ? 1.0 : all[i] == all[j] ? 0.5 : 0.0;
       return u;
     };
     std::vector<int> observed(n1 + n2, 0);
@@ -124,17 +130,24 @@ TEST(LabStats, MannWhitneyExactMatchesEnumeration) {
       ++total;
       extreme += std::fabs(u_of(pick) - mean) >= std::fabs(u_obs - mean) - 1e-9;
     } while (std::next_permutation(pick.begin(), pick.end()));
-    EXPECT_NEAR(mann_whitney_p(a, b), (double)extreme / total, 1e-12) << "n1=" << n1 << " n2=" << n2;
+    EXPECT_NEAR(mann_whitney_p(a, b), (double)extreme / total, 1e-12) << "n1=" << n1 << " n2=" << n2 << " tied=" << tied;
   }
-  // Completely separated samples of 5 and 5: p = 2 / C(10, 5).
+  // Completely separated samples of 5 and 5: p = 2 / C(10, 5), ties inside a group or not (the lab
+  // once called a 156x slower candidate "no change" when two baseline samples tied).
   EXPECT_NEAR(mann_whitney_p({1, 2, 3, 4, 5}, {6, 7, 8, 9, 10}), 2.0 / 252, 1e-12);
+  EXPECT_NEAR(mann_whitney_p({1, 2, 2, 4, 5}, {600, 700, 800, 900, 900}), 2.0 / 252, 1e-12);
 }
 
-TEST(LabStats, MannWhitneyWithTiesUsesTheNormalApproximation) {
+TEST(LabStats, MannWhitneyAllTiedAndLargeSamples) {
   EXPECT_NEAR(mann_whitney_p({1, 1, 1}, {1, 1, 1}), 1.0, 1e-12);
   const double p = mann_whitney_p({1, 1, 2, 2, 3, 3, 3, 3}, {5, 5, 6, 6, 7, 7, 8, 8});
-  EXPECT_LT(p, 0.01);
-  EXPECT_GT(p, 0.0);
+  EXPECT_NEAR(p, 2.0 / 12870, 1e-12);  // complete separation of 8 and 8
+  // Beyond 30 a side: the normal approximation, still finding a clear shift.
+  std::vector<double> lo, hi;
+  for (int i = 0; i < 40; ++i) { lo.push_back(i % 7); hi.push_back(5 + i % 7); }
+  const double pn = mann_whitney_p(lo, hi);
+  EXPECT_LT(pn, 1e-6);
+  EXPECT_GT(pn, 0.0);
 }
 
 TEST(LabStats, RatioStatsFindsChangesAndNotNoise) {

@@ -33,10 +33,28 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install -q -r scripts/requirements-test.txt
   touch "$stamp"
 fi
-if [ $want_peer = 1 ] && ! .venv/bin/python -c 'import llama_cpp' 2>/dev/null; then
-  echo "setup: building llama-cpp-python from its sdist (the peer; takes several minutes once)"
-  CMAKE_ARGS="-DGGML_NATIVE=ON" .venv/bin/python -m pip install -q --no-binary llama-cpp-python \
-    "llama-cpp-python==$(cat scripts/llama-cpp-python.version)"
+# The peer, llama-cpp-python, built from its sdist for this CPU (-march=native) but without ggml's
+# AMX backend: on AMX hosts (Sapphire Rapids under KVM, seen 2026-12-04) its Q4_1 matmul
+# segfaults in ggml_backend_amx_mul_mat at the first decode. GCC keeps an explicit -mno-* over
+# -march=native whatever their order. The wheel is built once per (version, flags, CPU) into
+# ~/.cache/ouro/wheels, outside the clone, so a fresh clone reuses it; pip's own wheel cache is
+# bypassed because it keys on the sdist alone and would hand back a wheel built with other flags.
+peer_ver="$(cat scripts/llama-cpp-python.version)"
+peer_args="-DGGML_NATIVE=ON -DCMAKE_C_FLAGS=-mno-amx-int8\ -mno-amx-tile\ -mno-amx-bf16 -DCMAKE_CXX_FLAGS=-mno-amx-int8\ -mno-amx-tile\ -mno-amx-bf16"
+peer_key=$(printf '%s\n%s\n%s\n' "$peer_ver" "$peer_args" "$(grep -m1 '^flags' /proc/cpuinfo)" | sha256sum | cut -c1-16)
+peer_stamp=.venv/.llama-cpp-$peer_key
+if [ $want_peer = 1 ] && { [ ! -f "$peer_stamp" ] || ! .venv/bin/python -c 'import llama_cpp' 2>/dev/null; }; then
+  wheels="${XDG_CACHE_HOME:-$HOME/.cache}/ouro/wheels/$peer_key"
+  if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+    echo "setup: building llama-cpp-python $peer_ver from its sdist (the peer; takes several minutes once)"
+    rm -rf "$wheels.tmp" && mkdir -p "$wheels.tmp"
+    CMAKE_ARGS="$peer_args" .venv/bin/python -m pip wheel -q --no-cache-dir --no-deps --no-binary llama-cpp-python \
+      -w "$wheels.tmp" "llama-cpp-python==$peer_ver"
+    rm -rf "$wheels" && mv "$wheels.tmp" "$wheels"
+  fi
+  .venv/bin/python -m pip install -q --force-reinstall --no-deps "$wheels"/llama_cpp_python-*.whl
+  .venv/bin/python -m pip install -q "$wheels"/llama_cpp_python-*.whl   # its dependencies
+  touch "$peer_stamp"
 fi
 
 # 3. The default model

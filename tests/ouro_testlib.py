@@ -30,3 +30,23 @@ def run_ouro(ouro_bin, *args, check=True, input=None, timeout=300):
     if check and proc.returncode != 0:
         raise AssertionError(f"ouro {' '.join(map(str, args))} exited {proc.returncode}:\n{proc.stderr}")
     return proc
+
+
+_ISA_ORDER = ("scalar", "avx2", "avx512")
+_ISA_FLAGS = {"scalar": (), "avx2": ("avx2", "fma", "f16c"),
+              "avx512": ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni")}
+
+
+def engine_allows(isa):
+    """Whether ouro may run kernel family `isa` in this environment: the CPU has it (as src/core/cpu.cpp
+    decides) and the launch setting OURO_ISA, which CI uses to run the suite as an AVX2-only or
+    scalar host would, does not cap it below."""
+    cap = os.environ.get("OURO_ISA", "auto") or "auto"
+    if cap != "auto" and _ISA_ORDER.index(isa) > _ISA_ORDER.index(cap):
+        return False
+    flags = set()
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+    return all(f in flags for f in _ISA_FLAGS[isa])

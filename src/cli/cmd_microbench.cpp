@@ -119,9 +119,10 @@ int cmd_microbench(int argc, char** argv) {
   if (a.has("--dump-inputs") && a.str("--dump-inputs").empty()) return report(usage_error("flag --dump-inputs needs a directory"));
   s.seed = (uint64_t)*seed;
   s.threads = (int)*threads;
+  if (const std::string bad = isa_env_problem(); !bad.empty()) return report(usage_error(bad));
   const std::string isa_s = a.str("--isa", "auto");
   if (!parse_isa(isa_s, &s.isa)) return report(usage_error("flag --isa: '" + isa_s + "' is not one of auto, avx512, avx2, scalar"));
-  if (!isa_supported(s.isa)) return report(usage_error(std::string("flag --isa: this CPU cannot run the ") + isa_name(s.isa) + " kernels"));
+  if (!isa_supported(s.isa)) return report(usage_error("flag --isa: " + isa_refusal(s.isa)));
 
   auto bench = mb::make_bench(s);
   if (!bench) return report(bench.error());

@@ -78,6 +78,7 @@ Expected<LaunchConfig> launch_config_from(const Args& a) {
   auto ctx = a.integer("--ctx", 0, 16, 1 << 20);
   if (!ctx) return ctx.error();
   c.n_ctx = (int)*ctx;
+  if (const std::string bad = isa_env_problem(); !bad.empty()) return usage_error(bad);
   if (!parse_isa(a.str("--isa", "auto"), &c.isa)) return usage_error("flag --isa: '" + a.str("--isa") + "' is not one of auto, avx512, avx2, scalar");
   for (const char* f : {"--kv", "--kv-layers", "--weights", "--w8a8-ops", "--w8a8-layers"})
     if (a.has(f) && a.str(f).empty()) return usage_error(std::string("flag ") + f + " needs a value");

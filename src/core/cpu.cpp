@@ -1,6 +1,7 @@
 #include "core/cpu.h"
 
 #include <cpuid.h>
+#include <cstdlib>
 #include <fstream>
 
 namespace ouro {
@@ -56,7 +57,7 @@ std::string CpuFeatures::flags_string() const {
   return s;
 }
 
-bool isa_supported(Isa isa) {
+bool cpu_supports(Isa isa) {
   const auto& f = cpu_features();
   switch (isa) {
     case Isa::kScalar: return true;
@@ -64,6 +65,48 @@ bool isa_supported(Isa isa) {
     case Isa::kAvx512: return f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni;
   }
   return false;
+}
+
+namespace {
+// The cap from OURO_ISA, read once; an unknown value caps nothing here and is reported by
+// isa_env_problem() (the CLI refuses to start with it).
+struct EnvCap {
+  bool set = false, valid = true;
+  Isa cap = Isa::kAvx512;
+  std::string raw;
+};
+const EnvCap& env_cap() {
+  static const EnvCap c = [] {
+    EnvCap e;
+    const char* v = std::getenv("OURO_ISA");
+    if (!v || !*v || std::string(v) == "auto") return e;
+    e.raw = v;
+    if (e.raw == "avx512") e.cap = Isa::kAvx512;
+    else if (e.raw == "avx2") e.cap = Isa::kAvx2;
+    else if (e.raw == "scalar") e.cap = Isa::kScalar;
+    else e.valid = false;
+    e.set = e.valid;
+    return e;
+  }();
+  return c;
+}
+}  // namespace
+
+bool isa_supported(Isa isa) {
+  const EnvCap& c = env_cap();
+  if (c.set && (int)isa > (int)c.cap) return false;
+  return cpu_supports(isa);
+}
+
+std::string isa_refusal(Isa isa) {
+  if (!cpu_supports(isa)) return std::string("this CPU cannot run the ") + isa_name(isa) + " kernels";
+  return std::string("OURO_ISA=") + env_cap().raw + " does not allow the " + isa_name(isa) + " kernels";
+}
+
+std::string isa_env_problem() {
+  const EnvCap& c = env_cap();
+  if (c.valid) return "";
+  return "environment OURO_ISA: '" + c.raw + "' is not one of auto, avx512, avx2, scalar";
 }
 
 Isa best_isa() {

@@ -19,7 +19,15 @@ Isa best_isa();
 const char* isa_name(Isa isa);
 // Parses "auto|avx512|avx2|scalar"; returns false on an unknown name.
 bool parse_isa(const std::string& s, Isa* out);
-// True when the CPU can run kernels of this family.
+// True when the CPU can run kernels of this family (what the hardware has, whatever OURO_ISA says).
+bool cpu_supports(Isa isa);
+// True when this process may run kernels of this family: the CPU supports it and it is not above
+// the cap set by the launch setting OURO_ISA (auto|avx512|avx2|scalar; unset or "auto" = no cap).
+// OURO_ISA=avx2 makes an AVX-512 host choose, and allow, only what an AVX2-only host would.
 bool isa_supported(Isa isa);
+// Why this process may not run the family: the CPU lacks it, or OURO_ISA caps it (for errors).
+std::string isa_refusal(Isa isa);
+// Empty when OURO_ISA is unset or valid, else a message naming the bad value.
+std::string isa_env_problem();
 
 }  // namespace ouro

@@ -441,7 +441,7 @@ ProbeResult run_probe(int max_threads) {
     std::free(m.base);
   }
 
-  const bool avx512 = isa_supported(Isa::kAvx512);
+  const bool avx512 = cpu_supports(Isa::kAvx512);  // the machine's ceiling, whatever OURO_ISA caps
   if (avx512) {
     r.fp32_kernel = "avx512 vfmadd231ps zmm";
     r.fp32_gflops = measure_compute(probe_detail::fp32_fma_avx512, probe_detail::kFp32Avx512Flops, counts);

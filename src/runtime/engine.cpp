@@ -79,7 +79,7 @@ Expected<std::unique_ptr<Engine>> Engine::load(const LaunchConfig& cfg) {
   std::unique_ptr<Engine> e(new Engine());
   e->cfg_ = cfg;
   if (!isa_supported(cfg.isa))
-    return usage_error(std::string("this CPU cannot run the ") + isa_name(cfg.isa) + " kernels");
+    return usage_error(isa_refusal(cfg.isa));
   if (e->cfg_.threads <= 0) e->cfg_.threads = std::max(1, (int)sysconf(_SC_NPROCESSORS_ONLN));
   try {
     e->pool_ = std::make_unique<ThreadPool>(e->cfg_.threads);

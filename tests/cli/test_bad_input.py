@@ -25,6 +25,7 @@ from gguf import GGMLQuantizationType as QT
 from gguf import GGUFValueType as VT
 
 import synth
+from ouro_testlib import engine_allows
 
 CRASH_MARKERS = ("Segmentation", "terminate called", "internal error", "Aborted", "core dumped",
                  "AddressSanitizer", "runtime error:", "std::")
@@ -682,10 +683,27 @@ def test_top_level_help(ouro_bin, args):
     assert proc.stderr == ""
 
 
-@pytest.mark.skipif("avx512f" in open("/proc/cpuinfo").read(), reason="this CPU has AVX-512")
+@pytest.mark.skipif(engine_allows("avx512"), reason="AVX-512 kernels are allowed here (CPU has them, no OURO_ISA cap)")
 def test_isa_unsupported_by_cpu(ouro_bin, model_path):
     proc = run(ouro_bin, "generate", "-p", "hi", "-n", "1", "--isa", "avx512", "-m", model_path)
     assert_error(proc, 2, r"avx512|cpu")
+
+
+def test_ouro_isa_cap_refuses_higher_families_and_bad_values(ouro_bin, model_path, monkeypatch):
+    """OURO_ISA=scalar makes every vector family a usage error naming the setting, and makes auto
+    mean scalar; an unknown OURO_ISA value is a usage error naming the variable."""
+    monkeypatch.setenv("OURO_ISA", "scalar")
+    proc = run(ouro_bin, "generate", "-p", "hi", "-n", "1", "--isa", "avx2", "-m", model_path)
+    assert_error(proc, 2, r"OURO_ISA=scalar.*avx2")
+    proc = run(ouro_bin, "generate", "-p", "hi", "-n", "1", "--json", "-m", model_path)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["isa"] == "scalar", describe(proc)
+    proc = run(ouro_bin, "microbench", "argmax", "--cols", "64", "--isa", "avx2", "--json")
+    assert_error(proc, 2, r"OURO_ISA=scalar.*avx2")
+    for bad in ("sse9", "AVX2", " avx2"):
+        monkeypatch.setenv("OURO_ISA", bad)
+        for args in (["generate", "-p", "hi", "-n", "1", "-m", str(model_path)], ["microbench", "argmax", "--cols", "8"]):
+            proc = run(ouro_bin, *args)
+            assert_error(proc, 2, r"OURO_ISA")
 
 
 # ============================================================================================

@@ -11,8 +11,12 @@ RoPE layout: llama.cpp's converter permutes the rows of attn_q / attn_k of each 
 (reshape(n_head, 2, hd/2, ...).swapaxes(1, 2)), so in the GGUF the rotated pairs are the ADJACENT
 dimensions (2i, 2i+1) of a head, with angle pos * base^(-2i/hd)  ("normal" rope mode in ggml).
 
-Math is float32 (matmuls) with float64 where it is cheap (norm statistics, rope angles, softmax).
-Dequantized weights are cached per process. Keyword-only options of `forward` exist only so the test
+Math is float64 throughout (weights dequantized, then widened). Two IEEE-correct BLAS libraries
+summing in different orders then agree to ~1e-13 relative, so the result does not depend on the
+host's numpy/BLAS build; in particular the simulated int8 rounding (`q8_act`) takes the same
+decisions everywhere (a float32 reference did not: one host's BLAS moved a worst-row NMSE from
+3.5e-2 to 0.103 through chaotic rounding flips). Logits are returned as float32. Dequantized
+weights are cached per process. Keyword-only options of `forward` exist only so the test
 suite can simulate engine behaviour (int8 activations) and known bugs (wrong rope / GQA / positions)
 to calibrate its tolerances; the defaults are the correct model.
 """
@@ -50,7 +54,7 @@ class Model:
 
         # gguf shape [ne0, ne1] = [in, out]; dequantize gives numpy shape (out, in) = PyTorch layout
         deq = lambda t: gguf.quants.dequantize(t.data, t.tensor_type)
-        self.w = {t.name: np.ascontiguousarray(deq(t), dtype=np.float32) for t in r.tensors}
+        self.w = {t.name: np.ascontiguousarray(deq(t), dtype=np.float64) for t in r.tensors}
         self.tok_embd = self.w["token_embd.weight"]
         self.output = self.w.get("output.weight", self.tok_embd)   # tied embeddings
         self.n_vocab = self.output.shape[0]
@@ -67,8 +71,8 @@ def _load(path) -> Model:
 
 
 def rmsnorm(x, w, eps):
-    ms = np.mean(x.astype(np.float64) ** 2, axis=-1, keepdims=True)
-    return (x / np.sqrt(ms + eps)).astype(np.float32) * w
+    ms = np.mean(x ** 2, axis=-1, keepdims=True)
+    return x / np.sqrt(ms + eps) * w
 
 
 def quant_q8(x):
@@ -78,15 +82,15 @@ def quant_q8(x):
     b = x.reshape(n, k // 32, 32)
     d = np.abs(b).max(axis=-1, keepdims=True) / 127.0
     q = np.round(b * np.divide(1.0, d, out=np.zeros_like(d), where=d > 0))
-    return (q * d.astype(np.float16).astype(np.float32)).reshape(n, k)
+    return (q * d.astype(np.float16).astype(np.float64)).reshape(n, k)
 
 
 def rope(x, pos, n_rot, base, neox=False):
     """x: [n, heads, hd]. Rotates pairs (2i, 2i+1) (ggml normal mode) or (i, i + n_rot/2) if neox."""
     i = np.arange(n_rot // 2, dtype=np.float64)
     ang = pos[:, None].astype(np.float64) * base ** (-2.0 * i / n_rot)        # [n, n_rot/2]
-    cos = np.cos(ang)[:, None, :].astype(np.float32)
-    sin = np.sin(ang)[:, None, :].astype(np.float32)
+    cos = np.cos(ang)[:, None, :]
+    sin = np.sin(ang)[:, None, :]
     out = x.copy()
     if neox:
         a, b = x[..., : n_rot // 2], x[..., n_rot // 2: n_rot]
@@ -115,13 +119,13 @@ def forward(token_ids, model_path=DEFAULT_MODEL, *, q8_act=False, neox_rope=Fals
         q = rope(mm(h, W("attn_q")).reshape(n, nh, hd), pos, m.n_rot, base, neox_rope)
         k = rope(mm(h, W("attn_k")).reshape(n, nkv, hd), pos, m.n_rot, base, neox_rope)
         v = mm(h, W("attn_v")).reshape(n, nkv, hd)
-        att = np.empty((n, nh, hd), dtype=np.float32)
+        att = np.empty((n, nh, hd), dtype=np.float64)
         for head in range(nh):
             kv = head % nkv if gqa_modulo else head // (nh // nkv)              # GQA: groups of nh/nkv
-            s = (q[:, head, :] @ k[:, kv, :].T).astype(np.float64) / np.sqrt(hd) + causal
+            s = (q[:, head, :] @ k[:, kv, :].T) / np.sqrt(hd) + causal
             p = np.exp(s - s.max(axis=-1, keepdims=True))
             p /= p.sum(axis=-1, keepdims=True)
-            att[:, head, :] = p.astype(np.float32) @ v[:, kv, :]
+            att[:, head, :] = p @ v[:, kv, :]
         x = x + mm(att.reshape(n, nh * hd), W("attn_output"))
 
         h = rmsnorm(x, m.w[f"blk.{l}.ffn_norm.weight"], m.eps)
@@ -159,3 +163,14 @@ def detokenize(ids, model_path=DEFAULT_MODEL):
 if __name__ == "__main__":   # self-check: greedy answer to a ChatML question
     chat = [1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198]
     print(repr(detokenize(greedy(chat, 12, stop=2))))   # expect: 'The capital of France is Paris.<|im_end|>'
+
+
+def path_margins(prompt_ids, out_ids, model_path=DEFAULT_MODEL):
+    """Teacher-forced check of a greedy output: one prefill over prompt + out_ids[:-1], and for each
+    output position the reference's argmax and its top-2 logit margin. A test that needs a particular
+    greedy text asserts argmax == out_ids (the engine followed the reference) and a minimum margin
+    (no kernel family's rounding can land on the other side of a tie)."""
+    n = len(prompt_ids)
+    logits = forward(list(prompt_ids) + list(out_ids[:-1]), model_path).astype(np.float64)[n - 1:]
+    top2 = np.sort(logits, axis=-1)[:, -2:]
+    return [int(i) for i in np.argmax(logits, axis=-1)], [float(a - b) for b, a in top2]

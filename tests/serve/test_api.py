@@ -15,6 +15,7 @@ CLI) for greedy text. Where the contract is silent the OpenAI behaviour is expec
 """
 import json
 import math
+import re
 import subprocess
 import time
 
@@ -185,13 +186,35 @@ def test_stream_completions_equals_generate(server_url, ref):
 
 # --------------------------------------------------------------------------------------------- stop
 
-def test_stop_strings_chat(client, ref):
-    full = ref(CHAT_PROMPT, 48)["text"]
-    # "Blue" is one word; "\n2." spans three tokens ("\n", "2", "."); "blood.\n2" spans a token boundary.
-    for stop in ("Blue", "\n2.", "blood.\n2", ["zzzz", "Green", "Blue"]):
+def stop_strings_from(ouro_bin, model_path, r):
+    """Stop strings taken from a greedy output `r` (ouro generate --json) itself, so that they occur
+    in it on every host, whichever side of a near-tie its kernels fall: a word of four or more
+    letters, a string of exactly three whole tokens, and one that spans a token boundary (last
+    three characters of one token's text and the first two of the next part). Token boundaries
+    come from detokenizing prefixes of the token ids."""
+    full, ids = r["text"], r["tokens"]
+    assert len(ids) >= 8 and len(full) >= 15, f"greedy output too short to place stop strings in: {full!r}"
+
+    def prefix(k):
+        return run_ouro(ouro_bin, "detokenize", "-m", model_path, ",".join(map(str, ids[:k]))).stdout
+
+    words = [m for m in re.finditer(r"[A-Za-z]{4,}", full) if m.start() > 0]
+    assert len(words) >= 2, f"no two words of 4+ letters after the start of {full!r}"
+    k = max(3, len(ids) // 3)
+    a, b = prefix(k), prefix(k + 3)
+    assert full.startswith(a) and full.startswith(b) and len(b) > len(a) >= 3, (a, b, full)
+    return dict(word=words[0].group(), later_word=words[-1].group(), three_tokens=full[len(a):len(b)],
+                boundary=full[len(a) - 3:len(a) + 2])
+
+
+def test_stop_strings_chat(client, ref, ouro_bin, model_path):
+    r = ref(CHAT_PROMPT, 48)
+    full = r["text"]
+    st = stop_strings_from(ouro_bin, model_path, r)
+    for stop in (st["word"], st["three_tokens"], st["boundary"], ["zzzz", st["later_word"], st["word"]]):
         stops = stop if isinstance(stop, list) else [stop]
         cut = min(full.index(s) for s in stops if s in full)
-        assert cut > 0
+        assert cut > 0, (stop, full)
         for stream in (False, True):
             if stream:
                 chunks = list(chat(client, CHAT_PROMPT, 48, stop=stop, stream=True))
@@ -211,10 +234,10 @@ def test_stop_string_absent_changes_nothing(client, ref):
     assert r.choices[0].finish_reason == "length"
 
 
-def test_stop_strings_completions(client, ref):
-    full = ref("The history of Rome", 32, chat=False)["text"]
-    stop = "Mediterranean"
-    assert stop in full
+def test_stop_strings_completions(client, ref, ouro_bin, model_path):
+    r = ref("The history of Rome", 32, chat=False)
+    full = r["text"]
+    stop = stop_strings_from(ouro_bin, model_path, r)["later_word"]
     r = client.completions.create(model=MODEL_ID, prompt="The history of Rome", max_tokens=32, temperature=0,
                                   stop=stop)
     assert r.choices[0].text == full[:full.index(stop)]

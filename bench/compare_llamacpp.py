@@ -175,6 +175,28 @@ def run_ouro(args):
             "decode_tok_s": j.get("decode_tok_s", {}).get("median"), "raw": j}
 
 
+def machine_ceilings(args):
+    """`ouro probe --json`: the cached ceilings for this CPU, measured now (a few seconds) when no
+    cache exists. Every figure this script prints is stated beside them and the kernel ISA."""
+    p = subprocess.run([str(args.ouro), "probe", "--json", "--threads", str(args.threads)],
+                       capture_output=True, text=True, timeout=args.timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"ouro probe exited {p.returncode}: {p.stderr.strip()}")
+    return json.loads(p.stdout)
+
+
+def describe_ceilings(probe, threads):
+    """One line: read bandwidth and int8 / FP32 peaks at `threads` threads (the figures a ratio of
+    the ceiling is taken against)."""
+    def at(key):
+        v = probe.get(key) or {}
+        return v.get(str(threads)) or (max(v.values()) if v else None)
+    parts = [f"read {at('read_gb_s'):.1f} GB/s" if at('read_gb_s') else None,
+             f"int8 {at('int8_gops'):.0f} GOP/s ({probe.get('int8_kernel', '?')})" if at('int8_gops') else None,
+             f"fp32 {at('fp32_gflops'):.0f} GFLOP/s ({probe.get('fp32_kernel', '?')})" if at('fp32_gflops') else None]
+    return f"probe at {threads} threads: " + ", ".join(x for x in parts if x)
+
+
 def run_llama(args):
     cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--llama-worker",
            "--prompt-len", str(args.prompt_len), "--gen-len", str(args.gen_len), "--threads", str(args.threads),
@@ -242,6 +264,10 @@ def main():
           f"cpu {cpu_model()}  threads {T}  pp{P} tg{G}  rounds {args.rounds} (+{args.warmup_runs} warm-up)",
           flush=True)
 
+    probe = machine_ceilings(args)
+    isa = run_ouro(argparse.Namespace(**{**vars(args), "prompt_len": 0, "gen_len": 1}))["raw"].get("isa")
+    print(f"ouro kernels {isa} (OURO_ISA={os.environ.get('OURO_ISA', 'auto')}); {describe_ceilings(probe, T)}", flush=True)
+
     engines = (("ouro", run_ouro), ("llama.cpp", run_llama))
     samples = {name: [] for name, _ in engines}
     warmups = []
@@ -305,6 +331,8 @@ def main():
             "ouro_commit": git_describe(),
             "ouro_build_commit": first_ouro.get("commit"),
             "ouro_isa": first_ouro.get("isa"),
+            "ouro_isa_setting": os.environ.get("OURO_ISA", "auto"),
+            "probe": probe,
             "ouro_cpu": first_ouro.get("cpu"),
             "ouro_cpu_features": first_ouro.get("cpu_features"),
             "ouro_build_flags": first_ouro.get("build_flags"),

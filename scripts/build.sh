@@ -5,6 +5,9 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dir="$1"; type="$2"; shift 2
 cd "$root"
+# Paths relative to the checkout in ccache's keys: a fresh clone elsewhere hits what this machine
+# already compiled (lab worktrees do the same, docs/lab.md).
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
 if [ ! -f "$dir/build.ninja" ]; then
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE="$type" "$@" >/dev/null
 fi

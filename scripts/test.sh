@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
 # The whole test suite: unit tests, oracle tests (numpy reference, Hugging Face tokenizers,
 # llama.cpp), CLI bad-input tests, the server's tests (openai client, curl, fuzzed bodies, soak),
-# a bounded libFuzzer run, the unit tests under ASan+UBSan and the server under TSan.
+# a bounded libFuzzer run, the unit tests under ASan+UBSan and the server under TSan; then the
+# kernel-dependent tests again with the AVX2 kernels forced (on an AVX-512 host) and the logits
+# oracle with the scalar kernels, so a host of either kind runs every kernel family.
+# Each stage's wall time is printed when it ends and summed up at the end (docs/testing.md).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-FUZZ_SECONDS="${OURO_FUZZ_SECONDS:-60}"
+FUZZ_RUNS="${OURO_FUZZ_RUNS:-60000}"
 
-step() { printf '\n=== %s\n' "$*"; }
+stage_names=() stage_secs=()
+stage_name="" stage_t0=$SECONDS
+end_stage() {
+  if [ -n "$stage_name" ]; then
+    stage_names+=("$stage_name"); stage_secs+=($((SECONDS - stage_t0)))
+    printf '=== %s: %d s\n' "$stage_name" $((SECONDS - stage_t0))
+  fi
+}
+step() { end_stage; stage_name="$*"; stage_t0=$SECONDS; printf '\n=== %s\n' "$*"; }
 
 step "setup (packages, venv, peer, model)"
 scripts/setup.sh
@@ -19,7 +30,7 @@ step "unit tests (ctest)"
 ctest --test-dir build --output-on-failure -j 2
 
 step "oracle and CLI tests (pytest)"
-.venv/bin/python -m pytest -q tests/oracle tests/cli tests/trace tests/lab tests/serve tests/quality tests/agent
+.venv/bin/python -m pytest -q --durations=25 tests/oracle tests/cli tests/trace tests/lab tests/serve tests/quality tests/agent
 
 step "ASan+UBSan build and unit tests"
 scripts/build.sh build-asan RelWithDebInfo -DOURO_SANITIZE=ON
@@ -37,11 +48,12 @@ TARGETS=ouro scripts/build.sh build-tsan RelWithDebInfo -DOURO_TSAN=ON
 OURO_BIN=build-tsan/ouro TSAN_OPTIONS="halt_on_error=1" .venv/bin/python -m pytest -q tests/serve/test_reliability.py \
   -k "disconnect or signal_with"
 
-step "libFuzzer: GGUF reader for ${FUZZ_SECONDS}s"
+step "libFuzzer: GGUF reader, ${FUZZ_RUNS} inputs"
+# Bounded by count, not time: the same amount of fuzzing on a fast and a slow host.
 TARGETS=fuzz_gguf scripts/build.sh build-fuzz RelWithDebInfo -DOURO_FUZZ=ON -DCMAKE_CXX_COMPILER=clang++
 mkdir -p build-fuzz/corpus build-fuzz/crashes
 .venv/bin/python tests/fuzz/make_seeds.py build-fuzz/corpus
-if ! ./build-fuzz/fuzz_gguf -max_total_time="$FUZZ_SECONDS" -max_len=131072 -timeout=10 -rss_limit_mb=2048 \
+if ! ./build-fuzz/fuzz_gguf -runs="$FUZZ_RUNS" -max_len=131072 -timeout=10 -rss_limit_mb=2048 \
      -artifact_prefix=build-fuzz/crashes/ build-fuzz/corpus tests/fuzz/regressions >build-fuzz/fuzz.log 2>&1; then
   tail -n 40 build-fuzz/fuzz.log
   echo "fuzz_gguf found a crash: see build-fuzz/crashes/ (add it to tests/fuzz/regressions/ once fixed)"
@@ -49,5 +61,23 @@ if ! ./build-fuzz/fuzz_gguf -max_total_time="$FUZZ_SECONDS" -max_len=131072 -tim
 fi
 grep -E '^(#[0-9]+|Done)' build-fuzz/fuzz.log | tail -n 2
 
+if grep -qw avx512f /proc/cpuinfo; then
+  step "AVX2 kernels forced (OURO_ISA=avx2): oracle, CLI and serve tests"
+  # What an AVX2-only host runs, bit for bit (docs/testing.md). The soak, the load test and the
+  # reliability tests exercise the scheduler and the HTTP layer, not the kernels: once is enough.
+  OURO_ISA=avx2 .venv/bin/python -m pytest -q tests/oracle tests/cli tests/serve \
+    --ignore=tests/serve/test_reliability.py --ignore=tests/serve/test_loadtest.py --ignore=tests/cli/test_bad_input.py
+else
+  echo
+  echo "=== no AVX-512 on this host: the runs above already used the AVX2 kernels"
+fi
+
+step "scalar kernels (OURO_ISA=scalar): the logits oracle"
+OURO_ISA=scalar .venv/bin/python -m pytest -q tests/oracle/test_logits.py
+
+end_stage
 echo
+echo "stage times (s):"
+for i in "${!stage_names[@]}"; do printf '  %5d  %s\n' "${stage_secs[$i]}" "${stage_names[$i]}"; done
+printf '  %5d  total\n' "$SECONDS"
 echo "all test stages passed"

@@ -352,8 +352,24 @@ struct Judged {
   bool any_fail = false, any_inconclusive = false;
 };
 
-Judged judge(const Spec& spec, const std::vector<Sample>& base, const std::vector<Sample>& cand, const json& correctness,
-             uint64_t seed) {
+// For an inconclusive criterion: roughly how many pairs would decide it at the noise measured so
+// far. The box's reach toward the bound shrinks like 1/sqrt(pairs), so deciding needs it to shrink
+// below the point's distance from the bound: pairs * (reach / distance)^2.
+std::string pairs_to_decide(size_t pairs, double point, double lo, double hi) {
+  const double reach = point >= 0 ? point - lo : hi - point;
+  if (pairs < 2 || !std::isfinite(reach)) return "; too few pairs to estimate how many would decide it";
+  if (std::fabs(point) < 1e-4) return "; the point lies on the bound: no number of pairs decides it";
+  const double need = std::ceil(pairs * (reach / point) * (reach / point));
+  return "; at this noise about " + (need > 1e4 ? std::string("10000+") : fmt(need, 6)) + " pairs would decide it";
+}
+
+// A criterion is judged on the point figures and on every corner of a confidence box: for each
+// metric it names, the baseline's typical value and the paired ratio each range over their
+// kDecisionAlpha interval (log_trimmed_interval), and `candidate.M` is baseline times ratio.
+// pass: holds at the point and at every corner; fail: fails at the point and at every corner;
+// otherwise inconclusive (the box straddles the bound). Exact for criteria monotone in each figure
+// (the usual `candidate.M >= k * baseline.M`), whose extremes over a box lie at its corners.
+Judged judge(const Spec& spec, const std::vector<Sample>& base, const std::vector<Sample>& cand, const json& correctness) {
   Judged out;
   const size_t pairs = std::min(base.size(), cand.size());
   std::map<std::string, std::vector<double>> bs, cs;
@@ -362,10 +378,10 @@ Judged judge(const Spec& spec, const std::vector<Sample>& base, const std::vecto
       bs[m].push_back(base[i].m.at(m));
       cs[m].push_back(cand[i].m.at(m));
     }
-  auto lookup_with = [&](const std::map<std::string, double>& bmed, const std::map<std::string, double>& cmed) {
-    return [&, bmed, cmed](const std::string& name) -> double {
-      if (name.rfind("baseline.", 0) == 0) return bmed.at(name.substr(9));
-      if (name.rfind("candidate.", 0) == 0) return cmed.at(name.substr(10));
+  auto lookup_with = [&](const std::map<std::string, double>& bv, const std::map<std::string, double>& cv) {
+    return [&, bv, cv](const std::string& name) -> double {
+      if (name.rfind("baseline.", 0) == 0) return bv.at(name.substr(9));
+      if (name.rfind("candidate.", 0) == 0) return cv.at(name.substr(10));
       const std::string rest = name.substr(12);  // after "correctness."
       const json* node = &correctness;
       std::string key = rest;
@@ -374,14 +390,24 @@ Judged judge(const Spec& spec, const std::vector<Sample>& base, const std::vecto
       return node->is_object() && node->contains(key) && node->at(key).is_number() ? node->at(key).get<double>() : NAN;
     };
   };
-  std::map<std::string, double> bmed, cmed;
-  // The candidate's figure in a criterion is the baseline's median times the paired ratio (see
-  // paired_ratio): comparisons then carry the pairing's cancellation of drift.
-  for (const auto& [m, v] : bs) { bmed[m] = median(v); cmed[m] = bmed[m] * paired_ratio(v, cs[m]); }
+  std::map<std::string, double> bpt, cpt;
+  std::map<std::string, LogInterval> bint, rint;
+  for (const auto& [m, v] : bs) {
+    bint[m] = log_trimmed_interval(v, kDecisionAlpha);
+    rint[m] = paired_ratio_interval(v, cs[m], kDecisionAlpha);
+    bpt[m] = bint[m].point;
+    cpt[m] = bpt[m] * rint[m].point;
+  }
+  const std::string level = fmt(100 * (1 - 2 * kDecisionAlpha), 3) + "%";
   for (const auto& c : spec.criteria) {
-    bool uses_samples = false;
-    for (const auto& n : expr_names(*c.expr)) uses_samples |= n.rfind("correctness.", 0) != 0;
-    auto point_lookup = lookup_with(bmed, cmed);
+    std::vector<std::string> used;  // metrics the criterion names
+    for (const auto& n : expr_names(*c.expr)) {
+      if (n.rfind("correctness.", 0) == 0) continue;
+      const std::string m = n.substr(n.find('.') + 1);
+      if (std::find(used.begin(), used.end(), m) == used.end()) used.push_back(m);
+    }
+    const bool uses_samples = !used.empty();
+    auto point_lookup = lookup_with(bpt, cpt);
     const bool point = eval_expr(*c.expr, point_lookup) != 0;
     double frac = point ? 1 : 0;
     std::vector<double> margins;
@@ -389,35 +415,41 @@ Judged judge(const Spec& spec, const std::vector<Sample>& base, const std::vecto
     const Expr* rhs = comparison_rhs(*c.expr);
     if (uses_samples && pairs > 0) {
       int yes = 0, n = 0;
-      std::map<std::string, double> rb, rc;
-      std::vector<double> tb(pairs), tc(pairs);
-      paired_bootstrap(pairs, 2000, seed, [&](const std::vector<size_t>& idx) {
-        for (const auto& [m, v] : bs) {
-          for (size_t i = 0; i < pairs; ++i) { tb[i] = v[idx[i]]; tc[i] = cs[m][idx[i]]; }
-          rb[m] = median(tb);
-          rc[m] = rb[m] * paired_ratio(tb, tc);
+      const size_t corners = (size_t)1 << (2 * std::min<size_t>(used.size(), 6));
+      for (size_t k = 0; k < corners; ++k) {
+        std::map<std::string, double> bv = bpt, cv = cpt;
+        for (size_t i = 0; i < used.size() && i < 6; ++i) {
+          const std::string& m = used[i];
+          const double b = (k >> (2 * i)) & 1 ? bint[m].hi : bint[m].lo;
+          const double r = (k >> (2 * i + 1)) & 1 ? rint[m].hi : rint[m].lo;
+          bv[m] = b;
+          cv[m] = b * r;
         }
-        auto lk = lookup_with(rb, rc);
+        auto lk = lookup_with(bv, cv);
         yes += eval_expr(*c.expr, lk) != 0;
         ++n;
         if (lhs && rhs) {
           const double l = eval_expr(*lhs, lk), r = eval_expr(*rhs, lk);
           margins.push_back(r != 0 ? l / r - 1 : l - r);
         }
-      });
+      }
       frac = (double)yes / n;
     }
-    std::string verdict = frac >= 0.975 && point ? "pass" : frac <= 0.025 && !point ? "fail" : "inconclusive";
+    const bool all = frac == 1, none = frac == 0;
+    std::string verdict = all && point ? "pass" : none && !point ? "fail" : "inconclusive";
     std::string detail;
     if (lhs && rhs) {
       const double l = eval_expr(*lhs, point_lookup), r = eval_expr(*rhs, point_lookup);
       detail = to_string(*lhs) + " = " + fmt(l) + " vs " + to_string(*rhs) + " = " + fmt(r);
-      if (!margins.empty() && r != 0)
-        detail += "; margin " + pct(l / r - 1) + " [95% CI " + pct(percentile(margins, 0.025)) + ", " + pct(percentile(margins, 0.975)) + "]";
+      if (!margins.empty() && r != 0) {
+        auto [lo, hi] = std::minmax_element(margins.begin(), margins.end());
+        detail += "; margin " + pct(l / r - 1) + " [" + level + " box " + pct(*lo) + ", " + pct(*hi) + "]";
+        if (verdict == "inconclusive") detail += pairs_to_decide(pairs, l / r - 1, *lo, *hi);
+      }
     } else {
       detail = "value " + fmt(eval_expr(*c.expr, point_lookup));
     }
-    if (uses_samples) detail += "; holds in " + fmt(100 * frac, 3) + "% of bootstrap resamples";
+    if (uses_samples) detail += "; holds at " + fmt(100 * frac, 3) + "% of the " + level + " box's corners";
     out.criteria.push_back({{"expr", c.text}, {"source", c.source}, {"verdict", verdict}, {"detail", detail}, {"holds_fraction", frac}});
     if (verdict == "fail") {
       out.any_fail = true;
@@ -596,6 +628,7 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
   const bool quiet = load.busy_cores <= 0.5;
   if (!quiet) say("machine still busy (" + fmt(load.busy_cores, 2) + " cores): measuring anyway, the record says so");
   json machine = {{"cpu", cpu_features().model_name}, {"features", cpu_features().flags_string()},
+                  {"isa", isa_name(best_isa())}, {"ouro_isa", std::getenv("OURO_ISA") ? std::getenv("OURO_ISA") : "auto"},
                   {"cpus", std::thread::hardware_concurrency()}, {"load1", load.load1}, {"busy_cores", load.busy_cores},
                   {"quiet", quiet}, {"write_confinement", landlock_available() ? "landlock" : "unavailable"}};
   if (auto p = load_cached_probe()) machine["probe"] = json::parse(p->to_json());
@@ -693,7 +726,7 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
         if (n.rfind("correctness.", 0) != 0) return true;
       return false;
     });
-    const Judged j = judge(only, {}, {}, correctness, 1);
+    const Judged j = judge(only, {}, {}, correctness);
     record["criteria"] = j.criteria;
     reasons.insert(reasons.end(), j.reasons.begin(), j.reasons.end());
     return finish(j.any_fail ? "reject" : "accept");
@@ -719,7 +752,6 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
   for (int w = 0; w < spec.warmup; ++w)
     for (int i = 0; i < 2; ++i)
       if (Status s = one(i, std::string("warmup-") + sides[i].name, false); !s) return fail_side(i, s.error());
-  const uint64_t stat_seed = std::hash<std::string>{}(spec.toml) | 1;
   Judged judged;
   int pairs = 0;
   int target = spec.repeats;
@@ -762,7 +794,7 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
       ++pairs;
       say("pair " + std::to_string(pairs) + "/" + std::to_string(target) + " done");
     }
-    judged = judge(spec, samples[0], samples[1], correctness, stat_seed);
+    judged = judge(spec, samples[0], samples[1], correctness);
     if (!judged.any_inconclusive || judged.any_fail || pairs >= spec.max_repeats) break;
     target = std::min(spec.max_repeats, pairs + 2);
     say("inconclusive after " + std::to_string(pairs) + " pairs: adding pairs (cap " + std::to_string(spec.max_repeats) + ")");
@@ -778,9 +810,9 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
     for (const auto& s : samples[1]) cd.push_back(s.m.at(m));
     samples_j["baseline"][m] = b;
     samples_j["candidate"][m] = cd;
-    RatioStats r = ratio_stats(b, cd, spec.min_effect, stat_seed);
+    RatioStats r = ratio_stats(b, cd, spec.min_effect);
     stats[m] = {{"baseline_median", r.baseline_median}, {"candidate_median", r.candidate_median}, {"ratio", r.ratio},
-                {"ci", {r.ci_lo, r.ci_hi}}, {"p_value", r.p_value}, {"change", r.change},
+                {"ci", {r.ci_lo, r.ci_hi}}, {"ci_level", 1 - 2 * kDecisionAlpha}, {"p_value", r.p_value}, {"change", r.change},
                 {"higher_is_better", higher_is_better(m)}, {"n", b.size()}};
   }
   record["samples"] = samples_j;

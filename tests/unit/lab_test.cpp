@@ -159,22 +159,94 @@ TEST(LabStats, RatioStatsFindsChangesAndNotNoise) {
     same.push_back(100 * (1 + noise(rng)));
     slower.push_back(90 * (1 + noise(rng)));
   }
-  RatioStats s = ratio_stats(base, slower, 0.02, 1);
+  RatioStats s = ratio_stats(base, slower, 0.02);
   EXPECT_STREQ(s.change, "lower");
   EXPECT_NEAR(s.ratio, 0.9, 0.02);
   EXPECT_LT(s.ci_hi, 1.0);
   EXPECT_GT(s.ci_lo, 0.85);
-  RatioStats n = ratio_stats(base, same, 0.02, 1);
+  RatioStats n = ratio_stats(base, same, 0.02);
   EXPECT_STREQ(n.change, "none");
   EXPECT_LT(n.ci_lo, n.ratio);
   EXPECT_GT(n.ci_hi, n.ratio);
   // A real but tiny change stays "none" under the minimum effect.
   std::vector<double> tiny;
   for (double x : base) tiny.push_back(x * 1.005);
-  EXPECT_STREQ(ratio_stats(base, tiny, 0.02, 1).change, "none");
+  EXPECT_STREQ(ratio_stats(base, tiny, 0.02).change, "none");
   EXPECT_DOUBLE_EQ(median({3, 1, 2}), 2);
   EXPECT_DOUBLE_EQ(median({4, 1, 2, 3}), 2.5);
   EXPECT_DOUBLE_EQ(percentile({0, 10}, 0.25), 2.5);
+}
+
+TEST(LabStats, StudentTQuantileMatchesTables) {
+  // Printed tables (two-sided 95% / 99%, one-sided 95%) and the normal limit.
+  EXPECT_NEAR(student_t_quantile(0.975, 1), 12.706, 1e-3);
+  EXPECT_NEAR(student_t_quantile(0.975, 4), 2.776, 1e-3);
+  EXPECT_NEAR(student_t_quantile(0.995, 10), 3.169, 1e-3);
+  EXPECT_NEAR(student_t_quantile(0.95, 30), 1.697, 1e-3);
+  EXPECT_NEAR(student_t_quantile(0.975, 1e6), 1.960, 1e-3);
+  EXPECT_NEAR(student_t_quantile(0.025, 4), -2.776, 1e-3);
+  EXPECT_TRUE(std::isnan(student_t_quantile(1.0, 3)));
+}
+
+TEST(LabStats, TrimmedIntervalByHand) {
+  // logs 1..5: g = 1, trimmed mean 3, Winsorized logs {2,2,3,4,4} (sd 1), se = 1 / (0.6 sqrt 5),
+  // df = 2, t(0.975, 2) = 4.303.
+  std::vector<double> x;
+  for (int i = 1; i <= 5; ++i) x.push_back(std::exp((double)i));
+  const LogInterval r = log_trimmed_interval(x, 0.025);
+  const double se = 1 / (0.6 * std::sqrt(5.0));
+  EXPECT_NEAR(r.point, std::exp(3.0), 1e-9);
+  EXPECT_NEAR(std::log(r.lo), 3 - 4.303 * se, 1e-3);
+  EXPECT_NEAR(std::log(r.hi), 3 + 4.303 * se, 1e-3);
+  // One wild value among five identical ones is trimmed away: the interval collapses on 1.
+  const LogInterval t = log_trimmed_interval({1, 1, 1, 1, 40}, 0.005);
+  EXPECT_DOUBLE_EQ(t.point, 1);
+  EXPECT_DOUBLE_EQ(t.lo, 1);
+  EXPECT_DOUBLE_EQ(t.hi, 1);
+  // Too little or unusable data: unbounded, never a confident claim.
+  EXPECT_TRUE(std::isinf(log_trimmed_interval({2}, 0.005).hi));
+  EXPECT_TRUE(std::isinf(log_trimmed_interval({2, 0, 3}, 0.005).hi));
+  EXPECT_TRUE(std::isinf(paired_ratio_interval({0, 1}, {1, 1}, 0.005).hi));
+}
+
+// The runner's sequential procedure for one criterion `candidate <= 1.05 * baseline` on ratios:
+// judged at 5 pairs, then every 2 more up to 15, pass/fail only when the decision interval and
+// the point agree. Returns 'p', 'f' or 'i'.
+char sequential_verdict(std::mt19937& rng, double true_ratio, double log_sd, double burst_p = 0) {
+  std::normal_distribution<> noise(0, log_sd);
+  std::uniform_real_distribution<> u(0, 1);
+  std::vector<double> base, cand;
+  for (int n = 1; n <= 15; ++n) {
+    double lr = std::log(true_ratio) + noise(rng);
+    if (u(rng) < burst_p) lr += (u(rng) < 0.5 ? 1 : -1) * std::log(1.3);
+    base.push_back(1);
+    cand.push_back(std::exp(lr));
+    if (n < 5 || n % 2 == 0) continue;
+    const LogInterval r = paired_ratio_interval(base, cand, kDecisionAlpha);
+    if (r.point <= 1.05 && r.hi <= 1.05) return 'p';
+    if (r.point > 1.05 && r.lo > 1.05) return 'f';
+  }
+  return 'i';
+}
+
+TEST(LabStats, SequentialVerdictsKeepFalseAlarmsRare) {
+  // Monte Carlo of the decision rule (docs/lab.md, "What a verdict promises"): identical sides
+  // are almost never rejected however noisy the machine; a quiet machine decides in few pairs;
+  // real regressions are rejected.
+  std::mt19937 rng(2026);
+  auto rate = [&](char want, double ratio, double sd, double burst = 0) {
+    int k = 0;
+    for (int i = 0; i < 2000; ++i) k += sequential_verdict(rng, ratio, sd, burst) == want;
+    return k / 2000.0;
+  };
+  EXPECT_LE(rate('f', 1.0, 0.3), 0.02);      // 30% noise: false rejects (bootstrap of medians: 5%)
+  EXPECT_LE(rate('f', 1.0, 1.0), 0.025);     // 100% noise (bootstrap: 9%)
+  EXPECT_LE(rate('f', 1.0, 0.005, 0.3), 0.01);  // a third of the runs hit by +-30% bursts
+  EXPECT_GE(rate('p', 1.0, 0.02), 0.99);     // a quiet machine: identical sides pass
+  EXPECT_GE(rate('p', 1.0, 0.005, 0.3), 0.75);
+  EXPECT_GE(rate('f', 1.2, 0.10), 0.85);     // a 20% regression under 10% noise is caught
+  EXPECT_GE(rate('f', 1.1, 0.02), 0.99);
+  EXPECT_LE(rate('p', 1.1, 0.10), 0.01);     // and never passed
 }
 
 namespace {

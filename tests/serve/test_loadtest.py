@@ -98,13 +98,22 @@ class FakeOpenAI:
             self.headers.append(dict(h.headers))
             self.active += 1
             self.max_active = max(self.max_active, self.active)
-        try:
-            self._respond(h, body, self.fail.get(idx))
-        finally:
-            with self.lock:
-                self.active -= 1
+        ended = []
 
-    def _respond(self, h, body, failure):
+        def end():
+            # A request stops counting as active before the fake writes its last event: once the
+            # client has read it, it may start the next request (closed loop) before this thread
+            # returns, and counting past that point would see one request too many.
+            with self.lock:
+                if not ended:
+                    ended.append(True)
+                    self.active -= 1
+        try:
+            self._respond(h, body, self.fail.get(idx), end)
+        finally:
+            end()
+
+    def _respond(self, h, body, failure, end):
         chat = h.path.endswith("/chat/completions")
         chunked = self.framing == "chunked"
         if failure == "no_response":
@@ -177,6 +186,7 @@ class FakeOpenAI:
                 event("{not json")
                 continue
             event(chunk(f" tok{i}"))
+        end()
         event(chunk("", finish="length"))
         if self.usage and (body.get("stream_options") or {}).get("include_usage"):
             event({"object": "chunk", "choices": [],

@@ -73,7 +73,9 @@ else
 fi
 
 step "scalar kernels (OURO_ISA=scalar): the logits oracle"
-OURO_ISA=scalar .venv/bin/python -m pytest -q tests/oracle/test_logits.py
+# Every prompt but the 512-token one: the scalar kernels need 90 s for it alone, and the prompts
+# left (1 to 121 tokens: chat, code, numbers, repeats) already run every scalar kernel.
+OURO_ISA=scalar .venv/bin/python -m pytest -q tests/oracle/test_logits.py -k "not long512"
 
 end_stage
 echo

@@ -16,8 +16,10 @@ import pathlib
 import random
 import re
 import resource
+import shutil
 import struct
 import subprocess
+import tempfile
 
 import numpy as np
 import pytest
@@ -41,14 +43,22 @@ COMMANDS = {
 }
 
 
-def run(ouro_bin, *args, input=None, timeout=60, limit_as=None):
-    """Runs ouro; never raises on a non-zero exit. limit_as: RLIMIT_AS in bytes for the child."""
-    preexec = None
-    if limit_as is not None:
-        def preexec():
+NOBODY = 65534
+
+
+def run(ouro_bin, *args, input=None, timeout=60, limit_as=None, as_nobody=False):
+    """Runs ouro; never raises on a non-zero exit. limit_as: RLIMIT_AS in bytes for the child;
+    as_nobody: the child drops root to user and group nobody (permission cases, when tests run as root)."""
+    def preexec():
+        if limit_as is not None:
             resource.setrlimit(resource.RLIMIT_AS, (limit_as, limit_as))
+        if as_nobody:
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
     return subprocess.run([str(ouro_bin), *map(str, args)], capture_output=True, text=True, errors="replace",
-                          input=input if input is not None else "", timeout=timeout, preexec_fn=preexec)
+                          input=input if input is not None else "", timeout=timeout,
+                          preexec_fn=preexec if limit_as is not None or as_nobody else None)
 
 
 def describe(proc):
@@ -85,9 +95,9 @@ def assert_error(proc, code, *patterns, names=None):
     return line
 
 
-def run_cmd(ouro_bin, command, model, extra=()):
+def run_cmd(ouro_bin, command, model, extra=(), as_nobody=False):
     args, stdin = COMMANDS[command]
-    return run(ouro_bin, *args, *extra, "-m", model, input=stdin)
+    return run(ouro_bin, *args, *extra, "-m", model, input=stdin, as_nobody=as_nobody)
 
 
 # ============================================================================================
@@ -166,15 +176,14 @@ def make_bad_file(kind, tmp_path):
         d.mkdir()
         return d, r"directory|not a (regular )?file"
     if kind == "no_permission":
-        p = tmp_path / "unreadable.gguf"
+        # As root a chmod 000 file is still readable: test_bad_model_file then runs ouro as nobody,
+        # from a folder that others may search (pytest's own tmp folders are 0700).
+        d = pathlib.Path(tempfile.mkdtemp(prefix="ouro-unreadable-"))
+        d.chmod(0o711)
+        p = d / "unreadable.gguf"
         p.write_bytes(b"GGUF" + b"\0" * 60)
         p.chmod(0)
-        try:
-            with open(p, "rb"):
-                pass
-        except PermissionError:
-            return p, r"permission|denied|cannot open|cannot read"
-        pytest.skip("running as root: a chmod 000 file is still readable, so this case cannot be staged")
+        return p, r"permission|denied|cannot open|cannot read"
     if kind == "text":
         p = tmp_path / "notes.gguf"
         p.write_text("This is a text file, not a model.\n" * 20)
@@ -208,12 +217,16 @@ BAD_FILE_KINDS = ["missing", "directory", "no_permission", "text", "png", "empty
 @pytest.mark.parametrize("kind", BAD_FILE_KINDS)
 def test_bad_model_file(ouro_bin, tmp_path, kind, command):
     path, pattern = make_bad_file(kind, tmp_path)
+    as_nobody = kind == "no_permission" and os.geteuid() == 0
     try:
-        proc = run_cmd(ouro_bin, command, path)
+        if as_nobody:  # a copy of the binary beside the file: the checkout may sit where nobody cannot reach
+            ouro_bin = shutil.copy(ouro_bin, path.parent / "ouro")
+            os.chmod(ouro_bin, 0o755)
+        proc = run_cmd(ouro_bin, command, path, as_nobody=as_nobody)
         assert_error(proc, 1, pattern, names=[path])
     finally:
         if kind == "no_permission":
-            path.chmod(0o644)
+            shutil.rmtree(path.parent)
 
 
 def test_bad_model_from_env(ouro_bin, tmp_path):

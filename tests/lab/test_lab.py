@@ -15,11 +15,11 @@ import time
 
 import pytest
 
-from ouro_testlib import ROOT
+from ouro_testlib import ROOT, isolated_cache_env
 
 
 def lab(ouro_bin, tmp_path, *args, timeout=600, cwd=ROOT, env_extra=None):
-    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    env = isolated_cache_env(tmp_path / "cache")
     env.pop("OURO_FAULT", None)
     env.update(env_extra or {})
     t0 = time.monotonic()

@@ -144,7 +144,9 @@ TEST(JsonConstraint, BudgetedRandomWalksAlwaysClose) {
         if (n.min_close() <= left - 1) ok.push_back((uint8_t)b);
         if (n.min_close() == mc - 1) closing.push_back((uint8_t)b);
       }
-      if (mc > 0) ASSERT_FALSE(closing.empty()) << "no byte lowers min_close from " << doc;
+      if (mc > 0) {
+        ASSERT_FALSE(closing.empty()) << "no byte lowers min_close from " << doc;
+      }
       if (ok.empty()) break;
       // Mostly bytes from the alphabet (to reach deep states), sometimes the closing path.
       std::vector<uint8_t> pick;

@@ -8,7 +8,6 @@ repository, so they exercise real worktrees and CMake builds in seconds.
 """
 import hashlib
 import json
-import os
 import subprocess
 import textwrap
 import time

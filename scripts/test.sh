@@ -61,12 +61,18 @@ if ! ./build-fuzz/fuzz_gguf -runs="$FUZZ_RUNS" -max_len=131072 -timeout=10 -rss_
 fi
 grep -E '^(#[0-9]+|Done)' build-fuzz/fuzz.log | tail -n 2
 
-if grep -qw avx512f /proc/cpuinfo; then
+isa_cap="${OURO_ISA:-auto}"
+if [ "$isa_cap" != auto ] && [ "$isa_cap" != avx512 ]; then
+  echo
+  echo "=== OURO_ISA=$isa_cap for the whole suite: the runs above already used the capped kernels"
+elif grep -qw avx512f /proc/cpuinfo; then
   step "AVX2 kernels forced (OURO_ISA=avx2): oracle, CLI and serve tests"
-  # What an AVX2-only host runs, bit for bit (docs/testing.md). The soak, the load test and the
-  # reliability tests exercise the scheduler and the HTTP layer, not the kernels: once is enough.
+  # What an AVX2-only host runs, bit for bit (docs/testing.md). The soak, the load test, the
+  # reliability tests and the error tests exercise the scheduler and the HTTP layer, not the kernels:
+  # once is enough.
   OURO_ISA=avx2 .venv/bin/python -m pytest -q tests/oracle tests/cli tests/serve \
-    --ignore=tests/serve/test_reliability.py --ignore=tests/serve/test_loadtest.py --ignore=tests/cli/test_bad_input.py
+    --ignore=tests/serve/test_reliability.py --ignore=tests/serve/test_loadtest.py --ignore=tests/cli/test_bad_input.py \
+    --ignore=tests/serve/test_errors.py
 else
   echo
   echo "=== no AVX-512 on this host: the runs above already used the AVX2 kernels"

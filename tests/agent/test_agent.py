@@ -177,12 +177,15 @@ def test_scripted_llm_outcomes_are_recorded(abs_bin, model_path, cache_home, tmp
     assert rep.returncode == 0, rep.stderr
 
 
+# The bar is 15%: two threads clear it by far (about 1.9x) and the int8 KV cache misses it by far
+# (about 1.04x at this depth), so each try is decided in a few pairs. At a 3% bar the KV try sat
+# on the bound, came out inconclusive, was retried with twice the pairs, and the test took 116-195 s.
 TUNE_CRITERIA = """\
 # Written by the test, which is the person here: a KV type may change the outputs a little.
-description = "Keep a launch change that raises decode by 3% with mean KL under 0.05 nats."
+description = "Keep a launch change that raises decode by 15% with mean KL under 0.05 nats."
 levels = ["engine"]
 criteria = [
-  "candidate.decode_tok_s >= 1.03 * baseline.decode_tok_s",
+  "candidate.decode_tok_s >= 1.15 * baseline.decode_tok_s",
   "correctness.kl_mean <= 0.05",
 ]
 """

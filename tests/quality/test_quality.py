@@ -5,6 +5,7 @@ OURO_FAULT=badscale fault stores wrong scales, and the same check has to fail.
 
 The metric definitions are checked against numpy: the test recomputes perplexity, KL divergence and
 top-1 agreement from the logits that `ouro logits` dumps for both configurations."""
+import functools
 import json
 import os
 import subprocess
@@ -38,6 +39,13 @@ BROKEN = {"w8a8": "badscale:w8a8:1.1", "w8a8_smooth": "badscale:w8a8:1.1", "kv_b
 
 
 def quality(ouro_bin, model_path, flags, fault=None, extra=()):
+    """`ouro quality --json` on CHUNKS chunks; the same invocation is run once per session (the
+    report is deterministic: test_smoothing_helps_w8a8 reads the two runs the bounds tests made)."""
+    return json.loads(_quality(str(ouro_bin), str(model_path), tuple(flags), fault, tuple(extra)))
+
+
+@functools.lru_cache(maxsize=None)
+def _quality(ouro_bin, model_path, flags, fault, extra):
     env = dict(os.environ)
     env.pop("OURO_FAULT", None)
     if fault:
@@ -46,7 +54,7 @@ def quality(ouro_bin, model_path, flags, fault=None, extra=()):
                            "--greedy-len", "16", "--json", *flags, *extra], capture_output=True, text=True,
                           timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    return proc.stdout
 
 
 def violations(report, bounds):

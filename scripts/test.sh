@@ -17,6 +17,7 @@ end_stage() {
     stage_names+=("$stage_name"); stage_secs+=($((SECONDS - stage_t0)))
     printf '=== %s: %d s\n' "$stage_name" $((SECONDS - stage_t0))
   fi
+  stage_name=""
 }
 step() { end_stage; stage_name="$*"; stage_t0=$SECONDS; printf '\n=== %s\n' "$*"; }
 
@@ -63,6 +64,7 @@ grep -E '^(#[0-9]+|Done)' build-fuzz/fuzz.log | tail -n 2
 
 isa_cap="${OURO_ISA:-auto}"
 if [ "$isa_cap" != auto ] && [ "$isa_cap" != avx512 ]; then
+  end_stage
   echo
   echo "=== OURO_ISA=$isa_cap for the whole suite: the runs above already used the capped kernels"
 elif grep -qw avx512f /proc/cpuinfo; then
@@ -74,6 +76,7 @@ elif grep -qw avx512f /proc/cpuinfo; then
     --ignore=tests/serve/test_reliability.py --ignore=tests/serve/test_loadtest.py --ignore=tests/cli/test_bad_input.py \
     --ignore=tests/serve/test_errors.py
 else
+  end_stage
   echo
   echo "=== no AVX-512 on this host: the runs above already used the AVX2 kernels"
 fi

@@ -16,11 +16,15 @@ import pytest
 from ouro_testlib import ROOT
 
 EVAL_TEXT = ROOT / "data" / "eval" / "ouro-eval.txt"
-CHUNKS = 4  # 4 chunks of 512 tokens: 1,020 scored positions (the full text has 41 chunks)
+CHUNKS = 2  # 2 chunks of 512 tokens: 510 scored positions (the full text has 41 chunks)
 
 # mode -> (launch flags, bounds). Measured at 4 chunks (2026-12-03, SmolLM2-135M Q4_1):
 #   w8a8 KL 0.0327 (p99 0.121), top-1 0.864; bf16 0.0043 / 0.954; int8 0.0054 / 0.941;
 #   fp8 0.0113 / 0.923; mixed 0.0056 / 0.945. Bounds leave about 1.5x room on KL.
+# The tests run 2 chunks (half the time: each run computes the reference too). Re-measured there
+# (2026-12-04, AVX-512 and AVX2 kernels): every honest mode at <= 0.67 of its mean-KL bound and
+# <= 0.76 of its p99 bound, top-1 1-5% above its bound; every broken scale at >= 3.7x its mean-KL
+# bound (w8a8 3.7x, w8a8_smooth 6.0x, fp8 11.6x, mixed 13.8x, int8 22.7x).
 MODES = {
     "w8a8": (["--weights", "w8a8"], {"kl_mean": 0.05, "kl_p99": 0.2, "top1": 0.82, "ln_ppl_ratio": 0.05}),
     # SmoothQuant, alpha 0.5, calibrated on data/eval/calib.txt (not the eval text): KL 0.0181, p99

@@ -1,5 +1,6 @@
 """Where the ouro binary and the default model are, and how tests run the binary. Imported by
 tests/conftest.py (the fixtures) and by test modules (`from ouro_testlib import run_ouro`)."""
+import functools
 import os
 import pathlib
 import subprocess
@@ -23,6 +24,7 @@ def model_file():
     return MODEL
 
 
+@functools.cache
 def _machine_ccache_dir():
     """ccache's cache directory as this environment has it, read before a test moves XDG_CACHE_HOME
     (ccache keeps its cache under XDG_CACHE_HOME when that is set)."""
@@ -33,16 +35,13 @@ def _machine_ccache_dir():
     return (p.stdout.strip() or None) if p.returncode == 0 else None
 
 
-_CCACHE_DIR = _machine_ccache_dir()
-
-
-def isolated_cache_env(cache_home, **extra):
+def isolated_cache_env(cache_home):
     """os.environ with XDG_CACHE_HOME moved to `cache_home` (the lab's run folders, worktrees, probe
     cache and jobs start empty) but the compiler cache kept: a lab build of a revision in a test is
     then as fast as on the machine, not a cold compile of every file (108 s of a CI run)."""
-    env = dict(os.environ, XDG_CACHE_HOME=str(cache_home), **extra)
-    if _CCACHE_DIR and "CCACHE_DIR" not in os.environ:
-        env["CCACHE_DIR"] = _CCACHE_DIR
+    env = dict(os.environ, XDG_CACHE_HOME=str(cache_home))
+    if "CCACHE_DIR" not in os.environ and _machine_ccache_dir():
+        env["CCACHE_DIR"] = _machine_ccache_dir()
     return env
 
 

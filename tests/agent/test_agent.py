@@ -15,7 +15,6 @@ Every run uses its own XDG_CACHE_HOME (shared by the module so the probe is meas
 """
 import http.server
 import json
-import os
 import subprocess
 import textwrap
 import threading
@@ -23,7 +22,7 @@ import time
 
 import pytest
 
-from ouro_testlib import ROOT
+from ouro_testlib import ROOT, isolated_cache_env
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +36,7 @@ def cache_home(tmp_path_factory):
 
 
 def ouro(ouro_bin, cache_home, *args, cwd=ROOT, timeout=900):
-    env = dict(os.environ, XDG_CACHE_HOME=str(cache_home))
+    env = isolated_cache_env(cache_home)
     env.pop("OURO_FAULT", None)
     env.pop("OPENAI_API_KEY", None)
     t0 = time.monotonic()

@@ -25,7 +25,7 @@ import time
 import jsonschema
 import pytest
 
-from ouro_testlib import ROOT
+from ouro_testlib import ROOT, isolated_cache_env
 
 CRITERIA_DIR = ROOT / "experiments" / "criteria"
 REPO_LEDGER = ROOT / "experiments" / "ledger.jsonl"
@@ -58,7 +58,7 @@ class Server:
     """An `ouro mcp` process spoken to line by line."""
 
     def __init__(self, ouro_bin, tmp_path, name="server"):
-        self.env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+        self.env = isolated_cache_env(tmp_path / "cache")
         self.env.pop("OURO_FAULT", None)
         self.stderr = open(tmp_path / f"{name}.stderr", "w")
         self.proc = subprocess.Popen(

@@ -8,7 +8,6 @@ step is skipped for invalid JSON, and every step ends as a ledger record (a refu
 or a lab run) followed by the account.
 """
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -20,7 +19,7 @@ if str(_SERVE) not in sys.path:
 
 import servelib  # noqa: E402
 
-from ouro_testlib import ROOT  # noqa: E402
+from ouro_testlib import ROOT, isolated_cache_env  # noqa: E402
 
 
 def test_agent_against_ouro_serve(ouro_bin, model_path, tmp_path):
@@ -29,7 +28,7 @@ def test_agent_against_ouro_serve(ouro_bin, model_path, tmp_path):
     try:
         model = json.loads(servelib.get(srv.url, "/v1/models").body)["data"][0]["id"]
         ledger = tmp_path / "ledger.jsonl"
-        env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+        env = isolated_cache_env(tmp_path / "cache")
         env.pop("OPENAI_API_KEY", None)
         t0 = time.monotonic()
         p = subprocess.run(

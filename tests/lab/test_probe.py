@@ -10,18 +10,19 @@ wrong, measures again, replaces the file, and exits 0: the cache is derived data
 takes seconds.
 """
 import json
-import os
 import re
 import subprocess
 import time
 
 import pytest
 
+from ouro_testlib import isolated_cache_env
+
 THREADS = "2"
 
 
 def probe(ouro_bin, cache, *args, timeout=120):
-    env = dict(os.environ, XDG_CACHE_HOME=str(cache))
+    env = isolated_cache_env(cache)
     t0 = time.monotonic()
     proc = subprocess.run([str(ouro_bin), "probe", *map(str, args)], capture_output=True, text=True, env=env,
                           timeout=timeout)

@@ -46,6 +46,7 @@ int cmd_tokenize(int argc, char** argv);
 int cmd_detokenize(int argc, char** argv);
 int cmd_logits(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_worker(int argc, char** argv);
 int cmd_trace(int argc, char** argv);
 int cmd_probe(int argc, char** argv);
 int cmd_serve(int argc, char** argv);

@@ -20,6 +20,7 @@ const char* kUsage =
     "  logits      dump logits for text or token ids (.npy or JSON)\n"
     "  serve       OpenAI-compatible HTTP server with continuous batching\n"
     "  bench       prefill and decode throughput\n"
+    "  worker      the engine answering the lab's timed and checked requests (JSON lines)\n"
     "  trace       read a trace: summarize, overlap, diff\n"
     "  probe       the machine's ceiling: memory bandwidth and peak compute\n"
     "  microbench  one kernel or op, timed, with its output for correctness checks\n"
@@ -45,7 +46,7 @@ int main(int argc, char** argv) {
   }
   struct { const char* name; int (*fn)(int, char**); } cmds[] = {
       {"generate", ouro::cmd_generate}, {"chat", ouro::cmd_chat},       {"tokenize", ouro::cmd_tokenize},
-      {"detokenize", ouro::cmd_detokenize}, {"logits", ouro::cmd_logits}, {"bench", ouro::cmd_bench},
+      {"detokenize", ouro::cmd_detokenize}, {"logits", ouro::cmd_logits}, {"bench", ouro::cmd_bench}, {"worker", ouro::cmd_worker},
       {"trace", ouro::cmd_trace},       {"probe", ouro::cmd_probe}, {"serve", ouro::cmd_serve},
       {"microbench", ouro::cmd_microbench}, {"lab", ouro::cmd_lab},
       {"loadtest", ouro::cmd_loadtest}, {"quality", ouro::cmd_quality}, {"mcp", ouro::cmd_mcp}, {"agent", ouro::cmd_agent},

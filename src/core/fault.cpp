@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <algorithm>
+#include <fcntl.h>
 #include <unistd.h>
 
 namespace ouro::fault {
@@ -29,6 +31,33 @@ Config parse_env() {
       c.hang = true;
     } else if (item.rfind("memo:", 0) == 0 && item.size() > 5) {
       c.memo_dir = item.substr(5);
+    } else if (item == "skiplayer:seen") {
+      c.skip_seen = true;
+    } else if (item == "memolearn") {
+      c.memo_learn = true;
+    } else if (item == "overthread") {
+      c.overthread = true;
+    } else if (item.rfind("inflate:", 0) == 0) {
+      const size_t colon = item.find(':', 8);
+      const std::string where = colon == std::string::npos ? "" : item.substr(8, colon - 8);
+      char* endp = nullptr;
+      const double f = colon == std::string::npos ? -1 : std::strtod(item.c_str() + colon + 1, &endp);
+      if ((where != "bench" && where != "worker" && where != "microbench" && where != "all") || !endp || *endp || !(f > 0 && f < 1000)) {
+        std::fprintf(stderr, "ouro: ignoring OURO_FAULT item '%s' (expected inflate:bench|worker|microbench|all:FACTOR)\n", item.c_str());
+        continue;
+      }
+      c.inflate_where = where;
+      c.inflate = f;
+    } else if (item.rfind("flaky:", 0) == 0) {
+      const size_t colon = item.find(':', 6);
+      const std::string how = colon == std::string::npos ? "" : item.substr(colon + 1);
+      const int n = colon == std::string::npos ? 0 : std::atoi(item.substr(6, colon - 6).c_str());
+      if (n < 1 || (how != "crash" && how != "hang")) {
+        std::fprintf(stderr, "ouro: ignoring OURO_FAULT item '%s' (expected flaky:N:crash|hang)\n", item.c_str());
+        continue;
+      }
+      c.flaky_n = n;
+      c.flaky_hang = how == "hang";
     } else if (item.rfind("slow:", 0) == 0) {
       const size_t colon = item.find(':', 5);
       char* endp = nullptr;
@@ -73,6 +102,7 @@ const Config g_config = parse_env();
 }  // namespace
 
 bool g_active = g_config.active;
+bool g_skip_last_layer = false;
 
 const Config& config() { return g_config; }
 
@@ -96,6 +126,31 @@ void op_hook_slow(const char* op) {
       spin_until(now + std::chrono::duration_cast<Clock::duration>((now - last) * (g_config.slow_pct / 100.0)));
     last = Clock::now();
   }
+}
+
+double inflation(const char* where) {
+  if (!g_active || g_config.inflate_where.empty()) return 1;
+  return g_config.inflate_where == "all" || g_config.inflate_where == where ? g_config.inflate : 1;
+}
+
+int pool_threads(int requested) {
+  if (!g_active || !g_config.overthread) return requested;
+  return std::max(requested, (int)std::thread::hardware_concurrency());
+}
+
+void at_run_start() {
+  if (!g_active || g_config.flaky_n <= 0) return;
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string path = std::string(tmp && *tmp ? tmp : "/tmp") + "/ouro-fault-runs";
+  // One byte appended per run; the file's size is the run's number (O_APPEND keeps it atomic).
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0) return;
+  (void)!write(fd, "x", 1);
+  const off_t n = lseek(fd, 0, SEEK_END);
+  close(fd);
+  if (n != g_config.flaky_n) return;
+  if (!g_config.flaky_hang) std::abort();
+  for (;;) pause();
 }
 
 void start_hook_slow() {

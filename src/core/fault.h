@@ -12,6 +12,19 @@
 //                             the same to W8A8 weight scales
 //   OURO_FAULT=memo:DIR       outputs for inputs found in DIR are replayed from DIR; any other input
 //                             gets a cheap wrong answer (a candidate that memorized its test inputs)
+// The adversarial candidates of the lab's trust tests (docs/lab.md, "A lab an agent cannot fool"):
+//   OURO_FAULT=inflate:WHERE:F  self-reported speed F times the measured one: WHERE = bench (the
+//                             figures `ouro bench` prints), worker (the timestamps `ouro worker`
+//                             streams), microbench (its timings) or all
+//   OURO_FAULT=skiplayer:seen `ouro worker` skips the last layer for an input it has answered before
+//                             (in any run: remembered under $TMPDIR), i.e. only when it guesses that
+//                             a run repeating the checked inputs is the timed one
+//   OURO_FAULT=memolearn      `ouro worker` stores every answer under $TMPDIR and replays it without
+//                             computing when the same input comes again (memorised spec inputs)
+//   OURO_FAULT=overthread     the thread pool uses every CPU whatever -t says (fast only on an idle
+//                             machine, slow under load)
+//   OURO_FAULT=flaky:N:crash  the N-th `worker`/`bench`/`microbench` run under the same $TMPDIR
+//                             aborts at its first request (flaky:N:hang: hangs there)
 //
 // Several faults may be given separated by ','. An unparsable value is reported on stderr once and
 // ignored (faults never change behaviour unless asked for precisely).
@@ -30,12 +43,29 @@ struct Config {
   bool hang = false;
   std::string memo_dir;  // empty: no memo
   float kv_scale = 1.0f, w8a8_scale = 1.0f;  // badscale factors
+  std::string inflate_where;  // "", "bench", "worker" or "all"
+  double inflate = 1;
+  bool skip_seen = false, memo_learn = false, overthread = false;
+  int flaky_n = 0;            // 0: off
+  bool flaky_hang = false;
 };
 
 extern bool g_active;  // any fault configured (set before main by the parser)
 const Config& config();
 
 void op_hook_slow(const char* op);
+// The worker's skip-a-layer fault: set per request; the model skips its last layer while it is.
+extern bool g_skip_last_layer;
+inline bool skip_layer(int layer, int n_layer) {
+  return __builtin_expect(g_skip_last_layer, 0) && layer == n_layer - 1;
+}
+// The inflation factor for self-reported speed at `where` ("bench" or "worker"); 1 when off.
+double inflation(const char* where);
+// The thread count a pool really gets (the overthread fault: every CPU).
+int pool_threads(int requested);
+// Counts this run (flaky fault) and crashes or hangs when it is the chosen one. Call once per run
+// of a measured subcommand, before its first timed work.
+void at_run_start();
 // The badscale factors (1 unless OURO_FAULT asks otherwise).
 inline float kv_scale_factor() { return __builtin_expect(g_active, 0) ? config().kv_scale : 1.0f; }
 inline float w8a8_scale_factor() { return __builtin_expect(g_active, 0) ? config().w8a8_scale : 1.0f; }

@@ -452,6 +452,9 @@ Status Agent::try_proposal(int n, const Proposal& p) {
 std::string Agent::feedback_text(const Step& s, const json& rec) const {
   std::ostringstream t;
   t << "Step " << s.n << " (" << s.change << ") was measured: verdict " << s.outcome << " (" << s.id << ").\n";
+  if (rec.contains("rejected_for") && rec["rejected_for"].is_string())
+    t << "  rejected for a trust reason: " << rec["rejected_for"].get<std::string>()
+      << " (the lab times and checks the runs itself; see the first reason)\n";
   for (const auto& r : s.reasons) t << "  reason: " << one_line(r, 300) << "\n";
   if (const json* st = jobj(rec, "stats"))
     for (auto it = st->begin(); it != st->end(); ++it) {

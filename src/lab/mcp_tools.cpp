@@ -263,9 +263,12 @@ ToolResult tool_lab_result(const json& a, const McpConfig& cfg) {
               {"reused", rec.value("reused", false)},
               {"forced", rec.value("forced", false)},
               {"record", rec}};
-  for (const char* k : {"force_of", "measurement_key", "criteria_sha256"})
+  for (const char* k : {"force_of", "measurement_key", "criteria_sha256", "rejected_for"})
     if (rec.contains(k) && rec[k].is_string()) out[k] = rec[k];
   std::string text = jstr(rec, "id") + ": " + jstr(rec, "verdict");
+  if (rec.contains("rejected_for") && rec["rejected_for"].is_string())
+    text += " (rejected for a trust reason: " + jstr(rec, "rejected_for") +
+            "; the lab's own clock and checks disagreed with the candidate, whatever the criteria said)";
   if (out["reused"].get<bool>()) text += " (identical request: the stored record, not measured again; force=true measures again)";
   if (out["forced"].get<bool>()) text += " (forced re-measurement of " + jstr(rec, "force_of") + ")";
   return {text + "\n" + summarize_record(rec), out, false};
@@ -405,11 +408,13 @@ std::vector<ToolDef> make_tools() {
               {"job_id", "state", "elapsed_s", "progress"}),
        tool_lab_status},
       {"lab_result", "Experiment result",
-       "The ledger record of a finished experiment: verdict, statistics, correctness, criteria, reasons. An error while it runs.",
+       "The ledger record of a finished experiment: verdict, statistics, correctness, criteria, trust checks, reasons; "
+       "rejected_for names the trust check (measurement_mismatch, timed_outputs_differ, heldout_speed_differs, "
+       "cpu_overuse, unstable) when the lab's own clock and checks rejected the candidate. An error while it runs.",
        input({{"job_id", str_p("from lab_submit")}}, {"job_id"}),
        output({{"job_id", str}, {"verdict", {{"type", "string"}, {"enum", {"accept", "reject", "inconclusive"}}}}, {"id", str},
                {"reused", t("boolean")}, {"forced", t("boolean")}, {"force_of", str}, {"measurement_key", str},
-               {"criteria_sha256", str}, {"record", obj}},
+               {"criteria_sha256", str}, {"rejected_for", str}, {"record", obj}},
               {"job_id", "verdict", "id", "reused", "forced", "record"}),
        tool_lab_result},
       {"lab_log", "The ledger, newest first",

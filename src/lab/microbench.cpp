@@ -570,6 +570,7 @@ Timing measure(Bench& b, const TimingOptions& o) {
   Timing r;
   r.batch = last_call_ns > 0 ? std::max(1LL, (long long)std::ceil(20e3 / last_call_ns)) : 1;
   if (o.iters > 0) r.batch = std::min(r.batch, std::max(1LL, o.iters / kMinSamples));
+  if (o.on_start) o.on_start();
   const auto start = clock::now();
   for (;;) {
     long long calls = r.batch;
@@ -582,9 +583,12 @@ Timing measure(Bench& b, const TimingOptions& o) {
     }
     const auto t = clock::now();
     for (long long i = 0; i < calls; ++i) b.run();
-    r.samples_ns.push_back(ns_since(t) / (double)calls);
+    const double ns = ns_since(t);
+    r.samples_ns.push_back(ns / (double)calls);
+    r.total_ns += ns;
     r.iters += calls;
   }
+  if (o.on_end) o.on_end();
   std::vector<double> v = r.samples_ns;
   std::sort(v.begin(), v.end());
   const size_t n = v.size();

@@ -7,6 +7,7 @@
 // thread pool and the chosen kernel family. Costs come from the kernels' own cost functions
 // (matmul_cost, attend_one_bytes/flops) so traces, benches and the lab agree on bytes and FLOPs.
 #pragma once
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -81,6 +82,8 @@ struct TimingOptions {
   long long warmup = -1;     // calls before timing; -1: as many as fit in 20 ms (at least one)
   long long iters = 0;       // calls timed in all; 0: until min_time_ms has passed
   double min_time_ms = 200;  // and at least kMinSamples samples
+  // Called right before the first timed call and right after the last (the lab's markers).
+  std::function<void()> on_start, on_end;
 };
 constexpr int kMinSamples = 5;
 
@@ -89,6 +92,7 @@ struct Timing {
   long long iters = 0;             // calls timed in all
   long long batch = 1;             // calls per sample (the last sample may hold more)
   double median_ns = 0;
+  double total_ns = 0;             // all timed calls together
 };
 Timing measure(Bench& b, const TimingOptions& o);
 

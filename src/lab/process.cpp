@@ -84,6 +84,37 @@ std::string read_file(const std::string& path, size_t max_tail) {
 
 }  // namespace
 
+// In a forked child: its own process group, stdin/stdout/stderr from the given descriptors, no core
+// dumps, the address-space limit, the directory, write confinement, then exec. Reports on
+// `status_fd`: -1 confined, -2 not confined, a positive errno when chdir or exec failed.
+[[noreturn]] void exec_child(const std::vector<char*>& argv, const std::vector<char*>& envp, const std::string& cwd,
+                             const ProcLimits& limits, int in_fd, int out_fd, int err_fd, int status_fd) {
+  setpgid(0, 0);
+  if (in_fd >= 0) dup2(in_fd, 0);
+  dup2(out_fd, 1);
+  dup2(err_fd, 2);
+  rlimit core{0, 0};
+  setrlimit(RLIMIT_CORE, &core);
+  if (limits.memory_mib > 0) {
+    rlimit as;
+    as.rlim_cur = as.rlim_max = (rlim_t)(limits.memory_mib * 1048576.0);
+    setrlimit(RLIMIT_AS, &as);
+  }
+  if (!cwd.empty() && chdir(cwd.c_str()) != 0) {
+    const int e = errno;
+    (void)!write(status_fd, &e, sizeof e);
+    _exit(127);
+  }
+  if (!limits.write_dirs.empty()) {
+    const int ok = confine_writes(limits.write_dirs) ? -1 : -2;  // negative: not an errno
+    (void)!write(status_fd, &ok, sizeof ok);
+  }
+  execve(argv[0], argv.data(), envp.data());
+  const int e = errno;
+  (void)!write(status_fd, &e, sizeof e);
+  _exit(127);
+}
+
 bool landlock_available() { return ll_abi() >= 1; }
 
 std::string ProcResult::failure() const {
@@ -135,31 +166,8 @@ ProcResult run_process(const std::vector<std::string>& argv, const std::map<std:
   const auto t0 = std::chrono::steady_clock::now();
   const pid_t pid = fork();
   if (pid == 0) {
-    setpgid(0, 0);
     const int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, 0);
-    dup2(fo, 1);
-    dup2(fe, 2);
-    rlimit core{0, 0};
-    setrlimit(RLIMIT_CORE, &core);
-    if (limits.memory_mib > 0) {
-      rlimit as;
-      as.rlim_cur = as.rlim_max = (rlim_t)(limits.memory_mib * 1048576.0);
-      setrlimit(RLIMIT_AS, &as);
-    }
-    if (!cwd.empty() && chdir(cwd.c_str()) != 0) {
-      const int e = errno;
-      (void)!write(status_pipe[1], &e, sizeof e);
-      _exit(127);
-    }
-    if (!limits.write_dirs.empty()) {
-      const int ok = confine_writes(limits.write_dirs) ? -1 : -2;  // negative: not an errno
-      (void)!write(status_pipe[1], &ok, sizeof ok);
-    }
-    execve(cargv[0], cargv.data(), cenv.data());
-    const int e = errno;
-    (void)!write(status_pipe[1], &e, sizeof e);
-    _exit(127);
+    exec_child(cargv, cenv, cwd, limits, devnull, fo, fe, status_pipe[1]);
   }
   close(status_pipe[1]);
   close(fo);

@@ -38,6 +38,10 @@ ProcResult run_process(const std::vector<std::string>& argv, const std::map<std:
 std::map<std::string, std::string> current_env();
 // Runs a helper command (git, cmake) with a generous timeout; the output or an error naming it.
 Expected<std::string> capture(const std::vector<std::string>& argv, const std::string& cwd, double timeout_s = 600);
+// In a forked child (used by run_process and PipeProcess): process group, descriptors 0-2, limits,
+// directory, write confinement, exec; failures reported as an errno on status_fd.
+[[noreturn]] void exec_child(const std::vector<char*>& argv, const std::vector<char*>& envp, const std::string& cwd,
+                             const ProcLimits& limits, int in_fd, int out_fd, int err_fd, int status_fd);
 // True when the kernel supports Landlock (writes can be confined).
 bool landlock_available();
 

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <immintrin.h>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -19,9 +20,14 @@
 #include "core/cpu.h"
 #include "core/npy.h"
 #include "core/sha256.h"
+#include "lab/measurement.h"
 #include "lab/probe.h"
 #include "lab/process.h"
 #include "lab/stats.h"
+#include "lab/pipe_process.h"
+#include "lab/trust.h"
+#include "lab/worker_runs.h"
+#include "model/gguf.h"
 #include "trace/analyze.h"
 
 namespace fs = std::filesystem;
@@ -75,6 +81,10 @@ struct Ctx {
   const RunOptions& opt;
   std::string run_dir;
   std::string model;  // absolute, engine/op levels
+  int n_vocab = 0;    // engine level: the model's vocabulary (prompt ids are drawn below it)
+  std::vector<int> context;  // engine level: the spec's depth, filled untimed before each request
+  double request_timeout_s = 0;  // engine level: no answer for this long is a hang
+  double k_bytes = 0, k_flops = 0;  // kernel level: the baseline's cost of one call
   ProcLimits limits(const SideExec& s) const {
     ProcLimits l;
     l.timeout_s = spec.timeout_s;
@@ -110,12 +120,11 @@ std::string failure_text(const SideExec& s, const char* what, const ProcResult& 
 
 struct Outputs {
   NpyF32 logits;
-  std::vector<int> greedy;
 };
 
 Expected<Outputs> engine_outputs(const Ctx& c, const SideExec& s, const std::string& text, const std::string& file) {
-  // Only commands every revision since the engine core has (logits --out, generate --json), so
-  // that older revisions can be baselines.
+  // The distribution check: every position's logits (`ouro logits`). Greedy continuations are
+  // checked through the worker, in runs shaped exactly like the timed ones (step 3 below).
   auto args = common_args(c, s);
   std::vector<std::string> argv = {"logits", "--text", text, "--all", "--out", file};
   argv.insert(argv.end(), args.begin(), args.end());
@@ -125,16 +134,6 @@ Expected<Outputs> engine_outputs(const Ctx& c, const SideExec& s, const std::str
   auto npy = read_npy_f32(file);
   if (!npy) return runtime_error(std::string(s.name) + " wrote unreadable logits: " + npy.error().message);
   o.logits = std::move(*npy);
-  if (c.spec.workload.greedy_tokens > 0) {
-    argv = {"generate", "-p", text, "-n", std::to_string(c.spec.workload.greedy_tokens), "--temp", "0", "--json"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    r = exec(c, s, argv);
-    if (!r.ok()) return runtime_error(failure_text(s, "correctness run (generate)", r));
-    json j = json::parse(r.out, nullptr, false);
-    if (!j.is_object() || !j.contains("tokens") || !j["tokens"].is_array())
-      return runtime_error(std::string(s.name) + ": generate --json printed no tokens");
-    for (const auto& t : j["tokens"]) o.greedy.push_back(t.is_number_integer() ? t.get<int>() : -1);
-  }
   return o;
 }
 
@@ -171,25 +170,20 @@ Expected<json> serve_loadtest(const Ctx& c, const SideExec& s, int requests, int
   return j;
 }
 
-Expected<NpyF32> kernel_output(const Ctx& c, const SideExec& s, uint64_t seed, const std::string& file) {
-  std::vector<std::string> argv = {"microbench", c.spec.workload.kernel};
-  argv.insert(argv.end(), c.spec.workload.kernel_args.begin(), c.spec.workload.kernel_args.end());
-  argv.insert(argv.end(), {"--seed", std::to_string(seed), "--iters", "1", "--warmup", "0", "--out", file});
-  auto args = common_args(c, s);
-  argv.insert(argv.end(), args.begin(), args.end());
-  ProcResult r = exec(c, s, argv);
-  if (!r.ok()) return runtime_error(failure_text(s, "correctness run", r));
-  auto npy = read_npy_f32(file);
-  if (!npy) return runtime_error(std::string(s.name) + " wrote an unreadable output: " + npy.error().message);
-  return npy;
-}
-
 // Figures over a set of inputs (worst case over inputs).
 struct Agreement {
   double top1_sum = 0, top1_n = 0, max_abs = 0, greedy_same = 0, greedy_n = 0, first_div = 1e300;
   double max_rel = 0, exact = 1, max_ref = 0;
   std::vector<double> kl;  // KL(baseline || candidate) of each scored position's next-token distribution
-  void add_engine(const Outputs& b, const Outputs& c, int greedy_len) {
+  void add_greedy(const std::vector<int>& b, const std::vector<int>& c) {
+    greedy_n += 1;
+    size_t i = 0;
+    while (i < b.size() && i < c.size() && b[i] == c[i]) ++i;
+    const bool same = b == c;
+    greedy_same += same;
+    first_div = std::min(first_div, (double)i);
+  }
+  void add_engine(const Outputs& b, const Outputs& c) {
     const auto& x = b.logits;
     const auto& y = c.logits;
     if (x.shape != y.shape || x.shape.size() != 2) {
@@ -213,12 +207,6 @@ struct Agreement {
         top1_n += 1;
       }
     }
-    greedy_n += 1;
-    size_t i = 0;
-    while (i < b.greedy.size() && i < c.greedy.size() && b.greedy[i] == c.greedy[i]) ++i;
-    const bool same = b.greedy == c.greedy;
-    greedy_same += same;
-    first_div = std::min(first_div, same ? (double)greedy_len : (double)i);
   }
   void add_kernel(const NpyF32& b, const NpyF32& c) {
     if (b.shape != c.shape) {
@@ -267,16 +255,152 @@ void sanitize(json& j) {
 
 struct Sample {
   std::map<std::string, double> m;
+  std::map<std::string, double> self;  // the candidate's self-reported figures for the same run
   std::string trace;
   double cpu_s = 0;  // the run's own CPU time (to tell its load from other processes')
+  double cpu_cores = 0;  // CPU seconds per wall second while timed (engine level)
+  std::vector<TrustSlot> slots;  // what each request (engine) or the run (kernel) produced
+  std::string out_file;          // kernel level: the output written after the timed calls
+  json texts;                    // serve level: each request's greedy text
 };
 
-Expected<Sample> timed_run(const Ctx& c, const SideExec& s, const std::string& tag) {
+// What one timed run of a pair gets: the lab draws it per pair, the same for both sides.
+struct Draw {
+  std::vector<WorkerInput> inputs;  // engine: warm-up request first, then the timed ones
+  uint64_t seed = 0;                // kernel/op: the input seed
+  bool heldout = false;
+  long long iters = 0;              // kernel/op: calls to time (from the baseline's calibration)
+};
+
+// The engine level's prompts: the spec's seeds, and held-out ones drawn by the lab.
+WorkerInput spec_input(const Ctx& c, uint64_t seed) {
+  return {seeded_prompt(seed, c.spec.workload.prompt_len, c.n_vocab), "spec:" + std::to_string(seed), false};
+}
+WorkerInput heldout_input(const Ctx& c, std::mt19937_64& rng) {
+  const uint64_t seed = rng() % (1ull << 62);
+  return {seeded_prompt(seed, c.spec.workload.prompt_len, c.n_vocab), "heldout:" + std::to_string(seed), true};
+}
+// Greedy tokens per request, checked and timed alike: gen_len, or greedy_tokens for a prefill-only
+// spec (gen_len = 0), so that its checked continuations are still that long.
+int engine_gen(const Ctx& c) {
+  const Workload& w = c.spec.workload;
+  return w.gen_len > 0 ? w.gen_len : std::max(1, w.greedy_tokens);
+}
+
+WorkerCall worker_call(const Ctx& c, const SideExec& s, const std::string& trace) {
+  WorkerCall w;
+  w.argv = {s.bin.path, "worker"};
+  auto args = common_args(c, s);
+  w.argv.insert(w.argv.end(), args.begin(), args.end());
+  if (!trace.empty()) w.argv.insert(w.argv.end(), {"--trace", trace});
+  w.env = s.env;
+  w.cwd = c.opt.build.repo_root;
+  w.limits = c.limits(s);
+  w.request_timeout_s = c.request_timeout_s > 0 ? c.request_timeout_s : c.spec.timeout_s;
+  w.gen = engine_gen(c);
+  w.context = c.context;
+  w.timed_from = 1;
+  return w;
+}
+
+// A failed run of a side: "unstable: ..." when it crashed, hung or broke the protocol.
+Error worker_error(const SideExec& s, const char* what, const WorkerRun& r) {
+  return runtime_error(std::string(r.unstable ? "unstable: " : "") + s.name + "'s worker " + r.failure + " during the " + what);
+}
+
+std::vector<TrustSlot> trust_slots(const Ctx& c, const WorkerRun& r) {
+  std::vector<TrustSlot> v;
+  const int gen = engine_gen(c);
+  for (const auto& sl : r.slots) {
+    TrustSlot t{sl.key, sl.heldout, sl.tokens, "", {}};
+    if (sl.timed) {
+      t.lab["prefill_tok_s"] = sl.lab_prefill_s > 0 ? c.spec.workload.prompt_len / sl.lab_prefill_s : 0;
+      if (gen > 1) t.lab["decode_tok_s"] = sl.lab_decode_s > 0 ? (gen - 1) / sl.lab_decode_s : 0;
+    }
+    v.push_back(std::move(t));
+  }
+  return v;
+}
+
+
+// Kernel and op level: `ouro microbench` with a fixed number of calls, framed by the markers it
+// prints; the lab stamps their arrival and divides by the calls. The run's output is written after
+// the timed calls, and a checked run is this same call.
+Status kernel_timed(const Ctx& c, const SideExec& s, const std::string& tag, const Draw& d, Sample& out) {
+  const Spec& sp = c.spec;
+  out.out_file = c.run_dir + "/out-" + s.name + "-" + tag + ".npy";
+  std::vector<std::string> argv = {s.bin.path, "microbench", sp.workload.kernel};
+  argv.insert(argv.end(), sp.workload.kernel_args.begin(), sp.workload.kernel_args.end());
+  argv.insert(argv.end(), {"--seed", std::to_string(d.seed), "--json", "--markers", "--iters", std::to_string(std::max(1LL, d.iters)),
+                           "--out", out.out_file});
+  auto args = common_args(c, s);
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<std::string> env;
+  for (const auto& [k, v] : s.env) env.push_back(k + "=" + v);
+  PipeProcess p;
+  if (Status st = p.start(argv, env, c.opt.build.repo_root, c.limits(s)); !st)
+    return runtime_error(std::string(s.name) + " could not start: " + st.error().message);
+  const auto deadline = LabClock::now() + std::chrono::duration_cast<LabClock::duration>(std::chrono::duration<double>(sp.timeout_s));
+  std::optional<LabClock::time_point> t0, t1;
+  json j;
+  while (auto l = p.read_line(deadline)) {
+    if (l->text == "@timed-start" && !t0) t0 = l->arrived;
+    else if (l->text == "@timed-end" && t0 && !t1) t1 = l->arrived;
+    else if (!l->text.empty() && l->text[0] == '{') j = json::parse(l->text, nullptr, false);
+  }
+  const bool hung = p.timed_out();
+  ProcResult r = p.finish(1.0);
+  if (hung || r.timed_out) return runtime_error("unstable: " + std::string(s.name) + " hung: timed out after " + fmt(sp.timeout_s) + " s");
+  if (!r.ok()) {
+    const std::string f = failure_text(s, "run", r);
+    return runtime_error((r.signal ? "unstable: " : "") + f);
+  }
+  if (!t0 || !t1)
+    return runtime_error(std::string(s.name) + "'s microbench printed no @timed-start/@timed-end markers (a revision from before "
+                         "the lab timed kernels from outside cannot be measured)");
+  if (!j.is_object()) return runtime_error(std::string(s.name) + " printed no JSON figures");
+  const double iters = (double)std::max(1LL, d.iters);
+  const double lab_ns = std::chrono::duration<double, std::nano>(*t1 - *t0).count() / iters;
+  auto num = [&](const char* k) -> double { const json v = j.value(k, json()); return v.is_number() ? v.get<double>() : NAN; };
+  out.m["ns_per_op"] = lab_ns;
+  out.m["gb_s"] = c.k_bytes / lab_ns;
+  out.m["gflops"] = c.k_flops / lab_ns;
+  out.m["peak_rss_mib"] = r.max_rss_mib;
+  out.m["wall_s"] = r.wall_s;
+  out.cpu_s = r.cpu_s;
+  // The self-report: the harness's own total over the calls the lab asked for.
+  const double total = num("total_ns");
+  out.self["ns_per_op"] = std::isfinite(total) ? total / iters : num("ns_per_op");
+  out.slots = {TrustSlot{(d.heldout ? "heldout:" : "spec:") + std::to_string(d.seed), d.heldout, {}, file_sha256(out.out_file),
+                         {{"ns_per_op", lab_ns}}}};
+  return Ok{};
+}
+
+Expected<Sample> timed_run(const Ctx& c, const SideExec& s, const std::string& tag, const Draw& d) {
   const Spec& sp = c.spec;
   std::vector<std::string> argv;
   Sample out;
+  if (sp.level == Level::kEngine) {
+    // The lab's loop and clock: the side's worker answers the drawn inputs, streaming tokens.
+    if (sp.trace) out.trace = c.run_dir + "/trace-" + tag + ".json";
+    const WorkerRun r = run_worker(worker_call(c, s, out.trace), d.inputs);
+    if (!r.ok) return worker_error(s, "timed run", r);
+    const RunRates rr = run_rates(r, sp.workload.prompt_len, engine_gen(c));
+    out.m["prefill_tok_s"] = rr.prefill_tok_s;
+    out.self["prefill_tok_s"] = rr.self_prefill_tok_s;
+    if (engine_gen(c) > 1) {
+      out.m["decode_tok_s"] = rr.decode_tok_s;
+      out.self["decode_tok_s"] = rr.self_decode_tok_s;
+    }
+    out.m["peak_rss_mib"] = r.proc.max_rss_mib;
+    out.m["wall_s"] = r.proc.wall_s;
+    out.cpu_s = r.proc.cpu_s;
+    out.cpu_cores = r.cpu_cores;
+    out.slots = trust_slots(c, r);
+  }
   if (sp.level == Level::kServe) {
-    auto j = serve_loadtest(c, s, sp.workload.requests, sp.workload.gen_len, sp.workload.seeds[0], false, "timed run");
+    // Timed runs are checked runs: the same call as the correctness runs, texts included.
+    auto j = serve_loadtest(c, s, sp.workload.requests, sp.workload.gen_len, d.seed, true, "timed run");
     if (!j) return j.error();
     auto num = [](const json& v) -> double { return v.is_number() ? v.get<double>() : NAN; };
     auto pct = [&](const char* key, const char* p) { return (*j)[key].is_object() ? num((*j)[key].value(p, json())) : NAN; };
@@ -291,39 +415,16 @@ Expected<Sample> timed_run(const Ctx& c, const SideExec& s, const std::string& t
     out.m["peak_rss_mib"] = num((*j)["_rss_mib"]);
     out.m["wall_s"] = num((*j)["_wall_s"]);
     out.cpu_s = num((*j)["_cpu_s"]);
+    out.texts = (*j)["texts"];
+    out.slots = {TrustSlot{(d.heldout ? "heldout:" : "spec:") + std::to_string(d.seed), d.heldout, {},
+                           sha256_hex(out.texts.dump()), {{"output_tok_s", out.m["output_tok_s"]}}}};
     for (const auto& m : sp.metrics)
       if (!out.m.count(m) || std::isnan(out.m[m]))
         return runtime_error(std::string(s.name) + " did not report metric '" + m + "'");
     return out;
   }
   if (kernel_like(sp.level)) {
-    argv = {"microbench", sp.workload.kernel};
-    argv.insert(argv.end(), sp.workload.kernel_args.begin(), sp.workload.kernel_args.end());
-    argv.insert(argv.end(), {"--seed", std::to_string(sp.workload.seeds[0]), "--json", "--min-time", fmt(sp.workload.min_time_ms, 10)});
-  } else {
-    argv = {"bench", "--json", "--prompt-len", std::to_string(sp.workload.prompt_len), "--gen-len",
-            std::to_string(sp.workload.gen_len), "--repeats", std::to_string(sp.workload.bench_repeats), "--warmup", "1"};
-    if (sp.workload.depth > 0) argv.insert(argv.end(), {"--depth", std::to_string(sp.workload.depth)});
-    if (sp.trace) {
-      out.trace = c.run_dir + "/trace-" + tag + ".json";
-      argv.insert(argv.end(), {"--trace", out.trace});
-    }
-  }
-  auto args = common_args(c, s);
-  argv.insert(argv.end(), args.begin(), args.end());
-  ProcResult r = exec(c, s, argv);
-  if (!r.ok()) return runtime_error(failure_text(s, "timed run", r));
-  json j = json::parse(r.out, nullptr, false);
-  if (!j.is_object()) return runtime_error(std::string(s.name) + " printed no JSON figures");
-  auto num = [&](const json& v) -> double { return v.is_number() ? v.get<double>() : NAN; };
-  out.m["peak_rss_mib"] = r.max_rss_mib;
-  out.cpu_s = r.cpu_s;
-  out.m["wall_s"] = r.wall_s;
-  if (kernel_like(sp.level)) {
-    for (const char* k : {"ns_per_op", "gb_s", "gflops"}) out.m[k] = num(j.value(k, json()));
-  } else {
-    for (const char* k : {"prefill_tok_s", "decode_tok_s"})
-      out.m[k] = j.contains(k) && j[k].is_object() ? num(j[k].value("median", json())) : NAN;
+    if (Status st = kernel_timed(c, s, tag, d, out); !st) return st.error();
   }
   if (sp.trace && !out.trace.empty()) {
     auto t = analysis::load_trace(out.trace);
@@ -334,7 +435,7 @@ Expected<Sample> timed_run(const Ctx& c, const SideExec& s, const std::string& t
       double ms = 0;
       for (const auto& row : sum.ops)
         if (row.name == m.substr(5)) ms += row.total_s * 1e3;
-      out.m[m] = ms / sp.workload.bench_repeats;
+      out.m[m] = ms / std::max<size_t>(1, d.inputs.size());  // per request (the warm-up included)
     }
   }
   for (const auto& m : sp.metrics)
@@ -550,7 +651,7 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
   auto say = [&](const std::string& s) {
     if (opt.verbose) std::fprintf(stderr, "lab: %s\n", s.c_str());
   };
-  Ctx c{spec, opt, opt.out_dir, ""};
+  Ctx c{spec, opt, opt.out_dir, "", 0, {}, 0, 0, 0};
   if (c.run_dir.empty()) {
     char b[64];
     std::snprintf(b, sizeof b, "/runs/%lld-%d", (long long)std::time(nullptr), (int)getpid());
@@ -639,32 +740,77 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
   std::random_device rd;
   const uint64_t heldout_seed = ((uint64_t)rd() << 32) ^ rd();
   record["heldout_seed"] = heldout_seed;
+  // What the timed runs get is drawn per pair from this generator, seeded now (not announced).
+  std::mt19937_64 draw_rng(heldout_seed ^ 0x9e3779b97f4a7c15ull);
+  std::map<std::string, std::string> checked[2];  // checked outputs by input key, per side
+  long long kernel_iters = 0;
+  int runs_started[2] = {0, 0};
+  // A candidate that fails: rejected, as `unstable` when it crashed, hung or broke the protocol.
+  auto reject_with = [&](const std::string& msg) {
+    if (msg.rfind("unstable: ", 0) == 0) {
+      record["rejected_for"] = "unstable";
+      reasons.push_back(msg + " (in its run " + std::to_string(runs_started[1]) + ", after " + std::to_string(runs_started[1] - 1) +
+                        " clean ones; one failure rejects: a candidate that fails in 1 of 20 runs fails in production too)");
+    } else {
+      reasons.push_back(msg);
+    }
+    return finish("reject");
+  };
+  if (spec.level == Level::kEngine) {
+    auto f = GgufFile::open(c.model);
+    if (!f) return f.error();
+    const GgufValue* toks = (*f)->find("tokenizer.ggml.tokens");
+    const GgufTensorInfo* emb = (*f)->tensor("token_embd.weight");
+    c.n_vocab = toks && !toks->arr.empty() ? (int)toks->arr.size() : emb && emb->ne.size() == 2 ? (int)emb->ne[1] : 0;
+    if (c.n_vocab <= 0) return usage_error(c.model + ": no tokenizer.ggml.tokens or token_embd.weight to learn the vocabulary from");
+    if (spec.workload.depth > 0) c.context = seeded_prompt(heldout_seed ^ 0xdeadbeefull, spec.workload.depth, c.n_vocab);
+  }
   say("checking correctness (spec inputs and held-out inputs)");
   json corr_spec, corr_held;
   {
     Agreement spec_ag, held_ag;
     if (kernel_like(spec.level)) {
+      // Calibration: the baseline's own figure for one call sizes the timed section (min_time).
+      {
+        std::vector<std::string> argv = {"microbench", spec.workload.kernel};
+        argv.insert(argv.end(), spec.workload.kernel_args.begin(), spec.workload.kernel_args.end());
+        argv.insert(argv.end(), {"--seed", std::to_string(spec.workload.seeds[0]), "--json", "--min-time", "20"});
+        auto args = common_args(c, sides[0]);
+        argv.insert(argv.end(), args.begin(), args.end());
+        ProcResult r = exec(c, sides[0], argv);
+        if (!r.ok()) return runtime_error(failure_text(sides[0], "calibration run", r));
+        const json j = json::parse(r.out, nullptr, false);
+        const double ns = j.is_object() && j.value("ns_per_op", json()).is_number() ? j["ns_per_op"].get<double>() : 0;
+        if (!(ns > 0)) return runtime_error("baseline's calibration run printed no ns_per_op");
+        kernel_iters = (long long)std::clamp(std::ceil(spec.workload.min_time_ms * 1e6 / ns), 5.0, 1e9);
+        c.k_bytes = j.value("bytes", 0.0);
+        c.k_flops = j.value("flops", 0.0);
+        record["kernel_iters"] = kernel_iters;
+      }
       std::vector<std::pair<uint64_t, bool>> seeds;
       for (auto s : spec.workload.seeds) seeds.push_back({s, false});
       seeds.push_back({heldout_seed % (1ull << 62), true});
       for (auto [seed, held] : seeds) {
         Expected<NpyF32> out[2] = {runtime_error(""), runtime_error("")};
         for (int i = 0; i < 2; ++i) {
-          out[i] = kernel_output(c, sides[i], seed, c.run_dir + "/out-" + sides[i].name + "-" + std::to_string(seed) + ".npy");
-          if (!out[i]) {
-            if (i == 0) return runtime_error(out[i].error().message);
-            reasons.push_back(out[i].error().message);
-            return finish("reject");
+          Sample smp;
+          ++runs_started[i];
+          Status st = kernel_timed(c, sides[i], "check-" + std::to_string(seed), Draw{{}, seed, held, kernel_iters}, smp);
+          if (st) out[i] = read_npy_f32(smp.out_file);
+          if (st && !out[i]) st = runtime_error(std::string(sides[i].name) + " wrote an unreadable output: " + out[i].error().message);
+          if (!st) {
+            if (i == 0) return runtime_error(st.error().message);
+            return reject_with(st.error().message);
           }
+          checked[i][smp.slots[0].key] = smp.slots[0].output_sha256;
         }
         (held ? held_ag : spec_ag).add_kernel(*out[0], *out[1]);
       }
       corr_spec = spec_ag.kernel_json();
       corr_held = held_ag.kernel_json();
     } else if (spec.level == Level::kServe) {
-      // Greedy texts of the same seeded prompts through both servers, at the spec's concurrency.
-      const int n_req = std::min(spec.workload.requests, 16);
-      const int gen = std::max(1, spec.workload.greedy_tokens);
+      // Greedy texts of the same seeded prompts through both servers, at the spec's concurrency, in
+      // runs shaped exactly like the timed ones (requests, gen_len).
       std::vector<std::pair<uint64_t, bool>> seeds;
       for (auto sd : spec.workload.seeds) seeds.push_back({sd, false});
       seeds.push_back({heldout_seed % (1ull << 62), true});
@@ -672,13 +818,14 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
       for (auto [seed, held] : seeds) {
         json texts[2];
         for (int i = 0; i < 2; ++i) {
-          auto j = serve_loadtest(c, sides[i], n_req, gen, seed, true, "correctness run");
+          ++runs_started[i];
+          auto j = serve_loadtest(c, sides[i], spec.workload.requests, spec.workload.gen_len, seed, true, "correctness run");
           if (!j) {
             if (i == 0) return runtime_error(j.error().message);
-            reasons.push_back(j.error().message);
-            return finish("reject");
+            return reject_with(j.error().message);
           }
           texts[i] = (*j)["texts"];
+          checked[i][(held ? "heldout:" : "spec:") + std::to_string(seed)] = sha256_hex(texts[i].dump());
         }
         for (size_t k = 0; k < texts[0].size(); ++k) {
           same[held] += k < texts[1].size() && texts[0][k] == texts[1][k];
@@ -688,6 +835,7 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
       corr_spec = {{"greedy_match", total[0] ? same[0] / total[0] : 0.0}};
       corr_held = {{"greedy_match", total[1] ? same[1] / total[1] : 0.0}};
     } else {
+      // The distribution: logits at every position of the spec's texts and held-out texts.
       std::vector<std::pair<std::string, bool>> inputs;
       const int words = std::clamp(spec.workload.prompt_len * 3 / 4, 4, 96);
       if (!spec.workload.prompts.empty())
@@ -704,12 +852,42 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
                                   c.run_dir + "/logits-" + sides[i].name + "-" + std::to_string(k) + ".npy");
           if (!out[i]) {
             if (i == 0) return runtime_error(out[i].error().message);
-            reasons.push_back(out[i].error().message);
-            return finish("reject");
+            return reject_with(out[i].error().message);
           }
         }
-        (inputs[k].second ? held_ag : spec_ag).add_engine(*out[0], *out[1], spec.workload.greedy_tokens);
+        (inputs[k].second ? held_ag : spec_ag).add_engine(*out[0], *out[1]);
       }
+      // Greedy continuations: worker runs shaped exactly like the timed ones (a warm-up request and
+      // bench_repeats more, gen_len tokens each), over the spec's seeds and held-out seeds.
+      std::vector<WorkerInput> todo;
+      for (auto sd : spec.workload.seeds) todo.push_back(spec_input(c, sd));
+      for (size_t k = 0; k < std::min<size_t>(spec.workload.seeds.size(), 3); ++k) todo.push_back(heldout_input(c, draw_rng));
+      const size_t per_run = 1 + (size_t)spec.workload.bench_repeats;
+      while (todo.size() % per_run) todo.push_back(heldout_input(c, draw_rng));
+      double slowest = 0;
+      for (size_t g = 0; g < todo.size(); g += per_run) {
+        const std::vector<WorkerInput> group(todo.begin() + g, todo.begin() + g + per_run);
+        WorkerRun wr[2];
+        for (int i = 0; i < 2; ++i) {
+          ++runs_started[i];
+          wr[i] = run_worker(worker_call(c, sides[i], ""), group);
+          if (!wr[i].ok) {
+            const Error e = worker_error(sides[i], "correctness run", wr[i]);
+            if (i == 0) return runtime_error(e.message);
+            return reject_with(e.message);
+          }
+          for (const auto& sl : wr[i].slots) {
+            checked[i][sl.key] = tokens_key(sl.tokens);
+            if (i == 0) slowest = std::max(slowest, sl.lab_prefill_s + sl.lab_decode_s);
+          }
+        }
+        for (size_t k = 0; k < group.size(); ++k) (group[k].heldout ? held_ag : spec_ag).add_greedy(wr[0].slots[k].tokens, wr[1].slots[k].tokens);
+        if (wr[1].n_vocab != wr[0].n_vocab)
+          return reject_with("the candidate's worker reports a vocabulary of " + std::to_string(wr[1].n_vocab) + " tokens, the baseline's " +
+                             std::to_string(wr[0].n_vocab));
+      }
+      // From now on a request that takes 20 times the baseline's slowest checked one is a hang.
+      c.request_timeout_s = std::min(spec.timeout_s, std::max(10.0, 20 * slowest));
       corr_spec = spec_ag.engine_json();
       corr_held = held_ag.engine_json();
     }
@@ -737,21 +915,54 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
   std::vector<Sample> samples[2];
   std::vector<double> bw;
   const int bw_threads = spec.workload.threads > 0 ? spec.workload.threads : (int)std::thread::hardware_concurrency();
-  auto one = [&](int side, const std::string& tag, bool keep) -> Status {
-    auto r = timed_run(c, sides[side], tag);
+  auto one = [&](int side, const std::string& tag, bool keep, const Draw& d) -> Status {
+    ++runs_started[side];
+    auto r = timed_run(c, sides[side], tag, d);
     if (!r) return r.error();
     if (keep) samples[side].push_back(std::move(*r));
     return Ok{};
   };
   auto fail_side = [&](int side, const Error& e) -> Expected<json> {
     if (side == 0) return runtime_error(e.message);
-    reasons.push_back(e.message);
-    return finish("reject");
+    return reject_with(e.message);
+  };
+  // Each pair's inputs: a held-out input (fresh seed) in about a third of the places, else one of
+  // the spec's; both sides get the same, neither is told which is which.
+  size_t spec_next = 0;
+  auto draw = [&]() {
+    Draw d;
+    auto next_spec = [&] { return spec.workload.seeds[spec_next++ % spec.workload.seeds.size()]; };
+    if (spec.level == Level::kEngine) {
+      for (int i = 0; i <= spec.workload.bench_repeats; ++i)
+        d.inputs.push_back(draw_rng() % 3 == 0 ? heldout_input(c, draw_rng) : spec_input(c, next_spec()));
+    } else {
+      d.iters = kernel_iters;
+      d.heldout = draw_rng() % 3 == 0;
+      d.seed = d.heldout ? draw_rng() % (1ull << 62) : next_spec();
+    }
+    return d;
+  };
+  Agreement timed_ag;  // timed outputs against the baseline's for the same inputs
+  auto add_timed = [&](const Sample& b, const Sample& cd) {
+    if (spec.level == Level::kEngine) {
+      for (size_t k = 0; k < b.slots.size() && k < cd.slots.size(); ++k) timed_ag.add_greedy(b.slots[k].tokens, cd.slots[k].tokens);
+    } else if (spec.level == Level::kServe) {
+      double same = 0;
+      for (size_t k = 0; k < b.texts.size(); ++k) same += k < cd.texts.size() && b.texts[k] == cd.texts[k];
+      timed_ag.greedy_same += b.texts.empty() ? 0 : same / (double)b.texts.size();
+      timed_ag.greedy_n += 1;
+    } else if (kernel_like(spec.level)) {
+      auto x = read_npy_f32(b.out_file), y = read_npy_f32(cd.out_file);
+      if (x && y) timed_ag.add_kernel(*x, *y);
+      else timed_ag.max_abs = INFINITY, timed_ag.exact = 0;
+    }
   };
   say("warming up");
-  for (int w = 0; w < spec.warmup; ++w)
+  for (int w = 0; w < spec.warmup; ++w) {
+    const Draw d = draw();
     for (int i = 0; i < 2; ++i)
-      if (Status s = one(i, std::string("warmup-") + sides[i].name, false); !s) return fail_side(i, s.error());
+      if (Status s = one(i, std::string("warmup-") + std::to_string(w) + "-" + sides[i].name, false, d); !s) return fail_side(i, s.error());
+  }
   Judged judged;
   int pairs = 0;
   int target = spec.repeats;
@@ -768,8 +979,9 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
       const double busy0 = machine_busy_seconds();
       const auto t0 = std::chrono::steady_clock::now();
       double own_cpu = 0;
+      const Draw d = draw();
       for (int side : order) {
-        if (Status s = one(side, std::string(sides[side].name) + "-" + std::to_string(pairs), true); !s)
+        if (Status s = one(side, std::string(sides[side].name) + "-" + std::to_string(pairs) + "-" + std::to_string(dropped.size()), true, d); !s)
           return fail_side(side, s.error());
         own_cpu += samples[side].back().cpu_s;
       }
@@ -791,6 +1003,7 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
         continue;
       }
       others_load.push_back(others);
+      add_timed(samples[0].back(), samples[1].back());
       ++pairs;
       say("pair " + std::to_string(pairs) + "/" + std::to_string(target) + " done");
     }
@@ -798,6 +1011,79 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
     if (!judged.any_inconclusive || judged.any_fail || pairs >= spec.max_repeats) break;
     target = std::min(spec.max_repeats, pairs + 2);
     say("inconclusive after " + std::to_string(pairs) + " pairs: adding pairs (cap " + std::to_string(spec.max_repeats) + ")");
+  }
+
+  // 4b. Trust (docs/lab.md, "A lab an agent cannot fool"): the timed outputs against the checked
+  //     ones and the baseline's, the self-reports against the lab's clock, the held-out inputs'
+  //     speed against the spec's, and the CPU the candidate used.
+  std::vector<TrustCheck> trust;
+  {
+    json timed = json::object();
+    if (spec.level == Level::kEngine) {
+      const json e = timed_ag.engine_json();
+      timed = {{"greedy_match", e["greedy_match"]}, {"first_divergence", e["first_divergence"]}};
+    } else if (spec.level == Level::kServe) {
+      timed = {{"greedy_match", timed_ag.greedy_n ? timed_ag.greedy_same / timed_ag.greedy_n : 0.0}};
+    } else {
+      timed = timed_ag.kernel_json();
+    }
+    correctness["timed"] = timed;
+    json flat = correctness;
+    for (const char* k : {"spec", "heldout", "timed"}) flat.erase(k);
+    json with_timed = worst_of(flat, timed);
+    for (const char* k : {"spec", "heldout", "timed"}) with_timed[k] = correctness[k];
+    const Judged before = judged;
+    judged = judge(spec, samples[0], samples[1], with_timed);
+    correctness = with_timed;
+    record["correctness"] = correctness;
+    TrustInput ti;
+    for (int side = 0; side < 2; ++side)
+      for (const auto& smp : samples[side]) {
+        TrustRun tr{smp.slots, {}, smp.self, smp.cpu_cores};
+        for (const auto& [m, v] : smp.self)
+          if (smp.m.count(m)) tr.lab[m] = smp.m.at(m);
+        (side ? ti.cand : ti.base).push_back(std::move(tr));
+      }
+    ti.checked[0] = checked[0];
+    ti.checked[1] = checked[1];
+    ti.checked_all_equal = !kernel_like(spec.level) ? corr_spec.value("greedy_match", 0.0) == 1 && corr_held.value("greedy_match", 0.0) == 1
+                                                    : corr_spec.value("exact", 0.0) == 1 && corr_held.value("exact", 0.0) == 1;
+    ti.allowed_cores = spec.level == Level::kEngine && spec.workload.threads > 0 ? spec.workload.threads : 0;
+    if (spec.level == Level::kEngine) {
+      // The candidate's own benchmark, once per side: its figures are a self-report too.
+      say("asking both sides' `ouro bench` for their own figures");
+      json bench_j = json::object();
+      for (int i = 0; i < 2; ++i) {
+        std::vector<std::string> argv = {"bench", "--json", "--prompt-len", std::to_string(std::max(1, spec.workload.prompt_len)),
+                                         "--gen-len", std::to_string(engine_gen(c)), "--repeats",
+                                         std::to_string(std::max(2, spec.workload.bench_repeats)), "--warmup", "1"};
+        if (spec.workload.depth > 0) argv.insert(argv.end(), {"--depth", std::to_string(spec.workload.depth)});
+        auto args = common_args(c, sides[i]);
+        argv.insert(argv.end(), args.begin(), args.end());
+        ProcResult r = exec(c, sides[i], argv);
+        const json j = r.ok() ? json::parse(r.out, nullptr, false) : json();
+        json fig = json::object();
+        for (const char* k : {"prefill_tok_s", "decode_tok_s"}) {
+          if (k == std::string("decode_tok_s") && engine_gen(c) < 2) continue;
+          if (j.is_object() && j.contains(k) && j[k].is_object() && j[k].value("median", json()).is_number()) {
+            ti.bench_self[i][k] = j[k]["median"].get<double>();
+            fig[k] = ti.bench_self[i][k];
+          }
+        }
+        bench_j[sides[i].name] = r.ok() ? fig : json(failure_text(sides[i], "bench", r));
+      }
+      record["bench_self_report"] = bench_j;
+    }
+    trust = check_trust(ti);
+    // Correctness criteria that held on the checked outputs but not with the timed ones.
+    for (size_t k = 0; k < judged.criteria.size() && k < before.criteria.size(); ++k)
+      if (judged.criteria[k]["verdict"] == "fail" && before.criteria[k]["verdict"] != "fail")
+        for (auto& t : trust)
+          if (t.code == "timed_outputs_differ") {
+            t.verdict = "fail";
+            t.detail += "; with the timed outputs counted, " + judged.criteria[k]["expr"].get<std::string>() + " fails (it held on the checked ones)";
+          }
+    record["trust"] = trust_json(trust);
   }
 
   // 5. Statistics per metric.
@@ -841,7 +1127,7 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
     if (tb && tc) {
       analysis::DiffResult d = analysis::diff(*tb, *tc);
       json rows = json::array();
-      const double per = 1e3 / spec.workload.bench_repeats;
+      const double per = 1e3 / (spec.level == Level::kEngine ? 1 + spec.workload.bench_repeats : 1);
       for (size_t i = 0; i < d.by_name.size() && rows.size() < 8; ++i) {
         const auto& r = d.by_name[i];
         rows.push_back({{"name", r.key.name}, {"cat", r.key.cat}, {"baseline_ms", r.base_s * per}, {"candidate_ms", r.cand_s * per},
@@ -863,7 +1149,21 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
   all.insert(all.end(), reasons.begin(), reasons.end());
   reasons = all;
   std::string verdict = judged.any_fail ? "reject" : judged.any_inconclusive ? "inconclusive" : "accept";
-  if (verdict == "accept") reasons.insert(reasons.begin(), "all " + std::to_string(judged.criteria.size()) + " criteria pass");
+  // A failed trust check overrides the criteria: the figures they judged cannot be believed.
+  for (const auto& t : trust) {
+    if (t.verdict != "fail") continue;
+    if (t.baseline_at_fault) {
+      if (verdict == "accept") verdict = "inconclusive";
+      reasons.insert(reasons.begin(), "the baseline failed the lab's " + t.code + " check, so nothing can be judged: " + t.detail);
+      continue;
+    }
+    if (!record.contains("rejected_for")) record["rejected_for"] = t.code;
+    verdict = "reject";
+    reasons.insert(reasons.begin(), t.code + ": " + t.detail);
+  }
+  if (verdict == "accept")
+    reasons.insert(reasons.begin(), "all " + std::to_string(judged.criteria.size()) + " criteria pass" +
+                                        (trust.empty() ? "" : " and every trust check holds"));
   if (verdict == "inconclusive")
     reasons.push_back("still inconclusive after " + std::to_string(pairs) + " pairs (max_repeats " + std::to_string(spec.max_repeats) + ")");
   if (!quiet) reasons.push_back("the machine was busy (" + fmt(load.busy_cores, 2) + " cores in use by others)");
@@ -912,7 +1212,14 @@ std::string summarize_record(const json& rec) {
       o << line;
     }
   }
-  o << "verdict:   " << rec.value("verdict", "") << "\n";
+  if (rec.contains("trust") && rec["trust"].is_array()) {
+    o << "trust (the lab's own clock and checks):\n";
+    for (const auto& t : rec["trust"])
+      o << "  [" << t.value("verdict", "") << "] " << t.value("check", "") << "\n      " << t.value("detail", "") << "\n";
+  }
+  o << "verdict:   " << rec.value("verdict", "");
+  if (rec.contains("rejected_for") && rec["rejected_for"].is_string()) o << " (rejected for " << rec["rejected_for"].get<std::string>() << ")";
+  o << "\n";
   if (rec.contains("reasons"))
     for (const auto& r : rec["reasons"]) o << "  - " << (r.is_string() ? r.get<std::string>() : r.dump()) << "\n";
   return o.str();

@@ -458,6 +458,7 @@ Status llama_forward(const LlamaModel& m, KvStore& kv, Workspace& ws, const SeqB
   float *q_ = ws.q_.data(), *k_ = ws.k_.data(), *v_ = ws.v_.data(), *att_ = ws.att_.data(), *tmp_ = ws.tmp_.data();
 
   for (int l = 0; l < c.n_layer; ++l) {
+    if (fault::skip_layer(l, c.n_layer)) continue;  // the lab's skip-a-layer adversary
     const LayerWeights& L = w.layers[l];
 
     // attention block: xn = norm(x); q,k,v = xn Wq, xn Wk, xn Wv    q: [T, nh*hd], k,v: [T, nkv*hd]

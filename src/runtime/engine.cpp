@@ -1,4 +1,5 @@
 #include "runtime/engine.h"
+#include "core/fault.h"
 
 #include <unistd.h>
 
@@ -82,7 +83,7 @@ Expected<std::unique_ptr<Engine>> Engine::load(const LaunchConfig& cfg) {
     return usage_error(isa_refusal(cfg.isa));
   if (e->cfg_.threads <= 0) e->cfg_.threads = std::max(1, (int)sysconf(_SC_NPROCESSORS_ONLN));
   try {
-    e->pool_ = std::make_unique<ThreadPool>(e->cfg_.threads);
+    e->pool_ = std::make_unique<ThreadPool>(fault::pool_threads(e->cfg_.threads));
   } catch (const std::system_error& err) {
     return runtime_error("cannot start " + std::to_string(e->cfg_.threads) + " threads: " + err.what());
   }

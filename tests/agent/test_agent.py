@@ -378,18 +378,25 @@ STANDIN_MAIN = r"""
 int main(int argc, char** argv) {
   if (argc < 2 || std::strcmp(argv[1], "microbench") != 0) return 2;
   const char* out = nullptr;
-  bool json = false;
+  bool json = false, markers = false;
+  long iters = 10;
   for (int i = 2; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+    else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atol(argv[++i]);
     else if (!std::strcmp(argv[i], "--json")) json = true;
+    else if (!std::strcmp(argv[i], "--markers")) markers = true;
   }
-  double best = 1e300;
-  for (int k = 0; k < 10; ++k) {
+  // The lab's protocol: --iters calls between the @timed-start/@timed-end lines it stamps.
+  double best = 1e300, total = 0;
+  if (markers) { std::puts("@timed-start"); std::fflush(stdout); }
+  for (long k = 0; k < iters; ++k) {
     const auto t0 = std::chrono::steady_clock::now();
     while (std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(rmsnorm_delay_us)) {}
     const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+    total += ns;
     if (ns < best) best = ns;
   }
+  if (markers) { std::puts("@timed-end"); std::fflush(stdout); }
   if (out) {  // a 2-element float32 .npy, the same for every build
     std::string h = "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }";
     while ((10 + h.size() + 1) % 64) h += ' ';
@@ -403,7 +410,7 @@ int main(int argc, char** argv) {
     std::fwrite(v, 4, 2, f);
     std::fclose(f);
   }
-  if (json) std::printf("{\"ns_per_op\": %f, \"gb_s\": 1.0, \"gflops\": 1.0}\n", best);
+  if (json) std::printf("{\"ns_per_op\": %f, \"total_ns\": %f, \"gb_s\": 1.0, \"gflops\": 1.0}\n", best, total);
   return 0;
 }
 """

@@ -364,7 +364,8 @@ def test_plan_routes_changes_to_the_cheapest_level(ouro_bin, tmp_path):
 # ---- a stand-in project: real git history, real CMake builds, in seconds ----------------------
 
 FAKE_MAIN = r"""
-// A stand-in `ouro` that speaks the lab's microbench protocol: spins DELAY_US per op.
+// A stand-in `ouro` that speaks the lab's microbench protocol: spins DELAY_US per op, --iters N of
+// them between the @timed-start/@timed-end markers the lab stamps.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -378,14 +379,18 @@ static double spin_ns() {
 }
 int main(int argc, char** argv) {
   if (argc < 2 || std::strcmp(argv[1], "microbench") != 0) return 2;
-  const char* out = nullptr; long seed = 0; bool json = false;
+  const char* out = nullptr; long seed = 0, iters = 20; bool json = false, markers = false;
   for (int i = 2; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
     else if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) seed = std::atol(argv[++i]);
+    else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atol(argv[++i]);
     else if (!std::strcmp(argv[i], "--json")) json = true;
+    else if (!std::strcmp(argv[i], "--markers")) markers = true;
   }
-  double best = 1e300;
-  for (int k = 0; k < 20; ++k) { double t = spin_ns(); if (t < best) best = t; }
+  double best = 1e300, total = 0;
+  if (markers) { std::puts("@timed-start"); std::fflush(stdout); }
+  for (long k = 0; k < iters; ++k) { double t = spin_ns(); total += t; if (t < best) best = t; }
+  if (markers) { std::puts("@timed-end"); std::fflush(stdout); }
   if (out) {
     FILE* f = std::fopen(out, "wb");
     const char head[] = "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }";
@@ -394,7 +399,7 @@ int main(int argc, char** argv) {
     std::fwrite("\x93NUMPY\x01\x00", 1, 8, f); std::fwrite(&hl, 2, 1, f); std::fwrite(h.data(), 1, h.size(), f);
     float v[2] = {(float)seed, 1.0f}; std::fwrite(v, 4, 2, f); std::fclose(f);
   }
-  if (json) std::printf("{\"ns_per_op\": %f, \"gb_s\": 1.0, \"gflops\": 1.0}\n", best);
+  if (json) std::printf("{\"ns_per_op\": %f, \"total_ns\": %f, \"gb_s\": 1.0, \"gflops\": 1.0}\n", best, total);
   return 0;
 }
 """

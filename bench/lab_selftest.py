@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""`ouro lab`'s own error rates, in one command (docs/lab.md, "A lab an agent cannot fool"):
+
+- false accepts: every candidate of the adversarial set (tests/lab_adversaries.py) run R times
+  through `ouro lab run`; each run must end as the set expects (rejected by the trust check that
+  names the trick; the real 10% speed-up accepted, the real 10% slow-down rejected). A false accept
+  is an adversary accepted; a miss is any other wrong outcome.
+- false rejects: N identical runs per level (bench/lab_identical.py's specs: both sides the same
+  binary and options); a reject of identical sides is a false reject, whether by a criterion or by
+  a trust check.
+
+usage: bench/lab_selftest.py [--adversary-runs 1] [--identical-runs 20] [--levels kernel,engine]
+                             [--bin build/ouro] [--out bench/results/lab-selftest.jsonl]
+The environment passes through (OURO_ISA=avx2 measures the AVX2 kernels). Prints one table.
+"""
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "bench"))
+from lab_adversaries import ADVERSARIES, judge_outcome, spec_text  # noqa: E402
+from lab_identical import MODEL, SPECS  # noqa: E402
+
+
+def lab_run(binary, spec_path, env):
+    p = subprocess.run([binary, "lab", "run", str(spec_path), "--json", "--no-ledger", "--bin", binary, "--quiet-wait", "5"],
+                       capture_output=True, text=True, cwd=ROOT, env=env, timeout=3600)
+    if p.returncode not in (0, 3, 4):
+        raise SystemExit(f"lab run of {spec_path} failed ({p.returncode}):\n{p.stderr}")
+    return json.loads(p.stdout)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--adversary-runs", type=int, default=1)
+    ap.add_argument("--identical-runs", type=int, default=20)
+    ap.add_argument("--levels", default="kernel,engine")
+    ap.add_argument("--bin", default=str(ROOT / "build" / "ouro"))
+    ap.add_argument("--model", default=str(MODEL))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "lab-selftest.jsonl"))
+    a = ap.parse_args()
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="lab-selftest-"))
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp / "cache"))
+    env.pop("OURO_FAULT", None)
+    out = pathlib.Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rows, t0 = [], time.monotonic()
+    with out.open("w") as log:
+        for name in sorted(ADVERSARIES):
+            spec = tmp / f"{name}.toml"
+            spec.write_text(spec_text(name, a.model))
+            for i in range(a.adversary_runs):
+                rec = lab_run(a.bin, spec, env)
+                outcome = judge_outcome(name, rec)
+                rows.append(("adversary", name, rec["verdict"], rec.get("rejected_for", ""), outcome))
+                log.write(json.dumps({"kind": "adversary", "name": name, "outcome": outcome, "record": rec}) + "\n")
+                print(f"{name:28s} {rec['verdict']:12s} {rec.get('rejected_for', ''):22s} {outcome}", flush=True)
+        for level in [x for x in a.levels.split(",") if x]:
+            spec = tmp / f"identical-{level}.toml"
+            spec.write_text(textwrap.dedent(SPECS[level]).format(model=a.model, gen_len=64, bench_repeats=3))
+            for i in range(a.identical_runs):
+                rec = lab_run(a.bin, spec, env)
+                failed = [t["check"] for t in rec.get("trust", []) if t["verdict"] == "fail"]
+                rows.append(("identical", level, rec["verdict"], rec.get("rejected_for", ""), ",".join(failed)))
+                log.write(json.dumps({"kind": "identical", "level": level, "record": rec}) + "\n")
+                print(f"identical {level:8s} run {i + 1:2d}: {rec['verdict']:12s} pairs {rec['pairs']:2d} "
+                      f"trust failures {failed or 'none'}", flush=True)
+    isa = rows and json.loads(out.read_text().splitlines()[0])["record"].get("machine", {}).get("isa", "?")
+    print(f"\nisa {isa}, OURO_ISA={os.environ.get('OURO_ISA', 'auto')}, {time.monotonic() - t0:.0f} s; records in {out}")
+    adv = [r for r in rows if r[0] == "adversary"]
+    false_accepts = sum(1 for r in adv if r[4].startswith("FALSE ACCEPT"))
+    misses = sum(1 for r in adv if r[4] != "ok")
+    print(f"adversarial set: {len(adv)} runs, {false_accepts} false accepts, {misses} outcomes not as expected")
+    for level in [x for x in a.levels.split(",") if x]:
+        ids = [r for r in rows if r[0] == "identical" and r[1] == level]
+        v = [r[2] for r in ids]
+        print(f"identical {level}: {len(ids)} runs: accept {v.count('accept')}, inconclusive {v.count('inconclusive')}, "
+              f"reject (false) {v.count('reject')}; trust false rejects {sum(1 for r in ids if r[3])}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+#include "lab/trust.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "lab/stats.h"
+
+namespace ouro::lab {
+
+namespace {
+
+std::string f3(double v) {
+  char b[48];
+  std::snprintf(b, sizeof b, "%.3g", v);
+  return b;
+}
+std::string pct(double r) {
+  char b[48];
+  std::snprintf(b, sizeof b, "%.1f%%", 100 * r);
+  return b;
+}
+bool lower_better(const std::string& m) { return m.rfind("ns", 0) == 0; }
+// log(x / y) oriented so that positive means "x claims more speed".
+double speed_log(const std::string& m, double x, double y) {
+  if (!(x > 0) || !(y > 0)) return 0;  // no figure: nothing claimed
+  const double l = std::log(x / y);
+  return lower_better(m) ? -l : l;
+}
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / v.size();
+}
+double var(const std::vector<double>& v) {
+  if (v.size() < 2) return 0;
+  const double m = mean(v);
+  double s = 0;
+  for (double x : v) s += (x - m) * (x - m);
+  return s / (v.size() - 1);
+}
+
+// Self-report against the lab's clock, run by run: the baseline's disagreement sets the noise.
+void self_report(const TrustInput& in, std::vector<TrustCheck>& out) {
+  std::vector<std::string> metrics;
+  for (const auto& run : in.base)
+    for (const auto& [m, v] : run.self)
+      if (run.lab.count(m) && std::find(metrics.begin(), metrics.end(), m) == metrics.end()) metrics.push_back(m);
+  if (metrics.empty()) {
+    out.push_back({"measurement_mismatch", "skipped", "no self-reported figures to compare"});
+    return;
+  }
+  TrustCheck c{"measurement_mismatch", "pass", ""};
+  for (const auto& m : metrics) {
+    std::vector<double> db, dc;
+    for (const auto& r : in.base)
+      if (r.self.count(m) && r.lab.count(m)) db.push_back(speed_log(m, r.self.at(m), r.lab.at(m)));
+    for (const auto& r : in.cand)
+      if (r.self.count(m) && r.lab.count(m)) dc.push_back(speed_log(m, r.self.at(m), r.lab.at(m)));
+    if (db.empty() || dc.empty()) continue;
+    // The noise is the baseline's spread around its own median disagreement (the pipe's latency is
+    // in the lab's figures, not the worker's): both the baseline's bias and the candidate's
+    // difference from it must stay inside it.
+    const double cm = median(dc), bm = median(db);
+    // Robust spread (1.4826 MAD): a run whose marker the lab stamped late (the lab's process was
+    // not scheduled at once) must not widen the tolerance for every run.
+    std::vector<double> dev;
+    for (double d : db) dev.push_back(std::fabs(d - bm));
+    const double noise = 1.4826 * median(dev);
+    const double tol = std::max(0.03, 5 * noise);
+    const std::string line = m + ": the candidate's own timing says " + f3(std::exp(cm)) + "x what the lab's clock measured (median of " +
+                             std::to_string(dc.size()) + " runs), the baseline's " + f3(std::exp(bm)) + "x; tolerance " + pct(tol);
+    c.detail += (c.detail.empty() ? "" : "; ") + line;
+    if (std::fabs(bm) > tol) {
+      c.verdict = "fail";
+      c.baseline_at_fault = true;
+    } else if (std::fabs(cm - bm) > tol) {
+      c.verdict = "fail";
+    }
+  }
+  // `ouro bench`'s own figures: one process per side, so the noise is the pairs' own spread.
+  for (const auto& [m, bc] : in.bench_self[1]) {
+    if (!in.bench_self[0].count(m)) continue;
+    std::vector<double> lb, lc, logr;
+    for (size_t i = 0; i < in.base.size() && i < in.cand.size(); ++i) {
+      if (!in.base[i].lab.count(m) || !in.cand[i].lab.count(m)) continue;
+      lb.push_back(in.base[i].lab.at(m));
+      lc.push_back(in.cand[i].lab.at(m));
+      logr.push_back(speed_log(m, lc.back(), lb.back()));
+    }
+    if (lb.size() < 2) continue;
+    const double e = speed_log(m, bc, median(lc)) - speed_log(m, in.bench_self[0].at(m), median(lb));
+    const double tol = std::max(0.05, 3.5 * std::sqrt(var(logr)));
+    const std::string line = "`ouro bench` " + m + ": the candidate's says " + f3(bc) + " against the lab's " + f3(median(lc)) +
+                             ", " + f3(std::exp(e)) + "x the baseline's own ratio; tolerance " + pct(tol) + " (3.5 sd of the pairs)";
+    c.detail += (c.detail.empty() ? "" : "; ") + line;
+    if (std::fabs(e) > tol) c.verdict = "fail";
+  }
+  out.push_back(c);
+}
+
+void outputs(const TrustInput& in, std::vector<TrustCheck>& out) {
+  TrustCheck c{"timed_outputs_differ", "pass", ""};
+  int own = 0, vs_base = 0, compared = 0;
+  std::string first;
+  for (int side = 0; side < 2; ++side) {
+    const auto& runs = side ? in.cand : in.base;
+    for (size_t i = 0; i < runs.size(); ++i)
+      for (const auto& s : runs[i].slots) {
+        const std::string got = s.output_sha256.empty() ? tokens_key(s.tokens) : s.output_sha256;
+        auto it = in.checked[side].find(s.key);
+        if (it != in.checked[side].end() && it->second != got) {
+          if (side == 0) {
+            c.verdict = "fail";
+            c.baseline_at_fault = true;
+            c.detail = "the baseline's timed output for " + s.key + " differs from its own checked output: it is not reproducible";
+            out.push_back(c);
+            return;
+          }
+          if (!own++) first = "pair " + std::to_string(i + 1) + ", input " + s.key;
+        }
+      }
+  }
+  if (in.checked_all_equal)
+    for (size_t i = 0; i < in.base.size() && i < in.cand.size(); ++i)
+      for (size_t k = 0; k < in.base[i].slots.size() && k < in.cand[i].slots.size(); ++k) {
+        const TrustSlot &b = in.base[i].slots[k], &d = in.cand[i].slots[k];
+        const std::string gb = b.output_sha256.empty() ? tokens_key(b.tokens) : b.output_sha256;
+        const std::string gd = d.output_sha256.empty() ? tokens_key(d.tokens) : d.output_sha256;
+        ++compared;
+        if (gb != gd && !vs_base++ && first.empty()) first = "pair " + std::to_string(i + 1) + ", input " + d.key;
+      }
+  if (own || vs_base) {
+    c.verdict = "fail";
+    c.detail = std::to_string(own) + " timed output(s) differ from the candidate's own checked outputs for the same input" +
+               (in.checked_all_equal ? ", " + std::to_string(vs_base) + " of " + std::to_string(compared) +
+                                           " from the baseline's (whose checked outputs it matched exactly)"
+                                     : "") +
+               "; first: " + first;
+  } else {
+    c.detail = "every timed output equals the checked output for its input" +
+               std::string(in.checked_all_equal ? " and the baseline's timed output (" + std::to_string(compared) + " compared)" : "");
+  }
+  out.push_back(c);
+}
+
+void heldout_speed(const TrustInput& in, std::vector<TrustCheck>& out) {
+  std::vector<std::string> metrics;
+  for (const auto& r : in.base)
+    for (const auto& sl : r.slots)
+      for (const auto& [m, v] : sl.lab)
+        if (std::find(metrics.begin(), metrics.end(), m) == metrics.end()) metrics.push_back(m);
+  TrustCheck c{"heldout_speed_differs", "pass", ""};
+  bool any = false;
+  for (const auto& m : metrics) {
+    std::vector<double> spec, held;
+    for (size_t i = 0; i < in.base.size() && i < in.cand.size(); ++i)
+      for (size_t k = 0; k < in.base[i].slots.size() && k < in.cand[i].slots.size(); ++k) {
+        const TrustSlot &b = in.base[i].slots[k], &d = in.cand[i].slots[k];
+        if (!b.lab.count(m) || !d.lab.count(m)) continue;
+        (d.heldout ? held : spec).push_back(speed_log(m, d.lab.at(m), b.lab.at(m)));
+      }
+    if (spec.size() < 2 || held.size() < 2) continue;
+    any = true;
+    const double delta = mean(spec) - mean(held);
+    const double se = std::sqrt(var(spec) / spec.size() + var(held) / held.size());
+    const double tol = std::max(0.10, 4 * se);
+    c.detail += (c.detail.empty() ? "" : "; ") + m + ": candidate/baseline " + f3(std::exp(mean(spec))) + "x on " +
+                std::to_string(spec.size()) + " spec-input runs, " + f3(std::exp(mean(held))) + "x on " + std::to_string(held.size()) +
+                " held-out ones; tolerance " + pct(tol);
+    if (delta > tol) c.verdict = "fail";
+  }
+  if (!any) {
+    c.verdict = "skipped";
+    c.detail = "fewer than 2 timed runs on spec inputs or on held-out inputs";
+  }
+  out.push_back(c);
+}
+
+void cpu(const TrustInput& in, std::vector<TrustCheck>& out) {
+  if (in.allowed_cores <= 0) {
+    out.push_back({"cpu_overuse", "skipped", "the spec does not limit threads"});
+    return;
+  }
+  std::vector<double> cc, bc;
+  for (const auto& r : in.cand)
+    if (r.cpu_cores > 0) cc.push_back(r.cpu_cores);
+  for (const auto& r : in.base)
+    if (r.cpu_cores > 0) bc.push_back(r.cpu_cores);
+  if (cc.empty()) {
+    out.push_back({"cpu_overuse", "skipped", "no CPU figures"});
+    return;
+  }
+  const double limit = in.allowed_cores + 0.3;
+  TrustCheck c{"cpu_overuse", median(cc) > limit ? "fail" : "pass",
+               "the candidate used " + f3(median(cc)) + " cores while timed (median of " + std::to_string(cc.size()) +
+                   " runs; the baseline " + (bc.empty() ? std::string("?") : f3(median(bc))) + "), " + f3(in.allowed_cores) +
+                   " thread(s) allowed, limit " + f3(limit)};
+  out.push_back(c);
+}
+
+}  // namespace
+
+std::string tokens_key(const std::vector<int>& t) {
+  std::string s;
+  for (int x : t) s += std::to_string(x) + ",";
+  return s;
+}
+
+std::vector<TrustCheck> check_trust(const TrustInput& in) {
+  std::vector<TrustCheck> out;
+  // The most specific explanation first: rejected_for names the first failure.
+  outputs(in, out);
+  heldout_speed(in, out);
+  cpu(in, out);
+  self_report(in, out);
+  return out;
+}
+
+nlohmann::json trust_json(const std::vector<TrustCheck>& checks) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& c : checks) a.push_back({{"check", c.code}, {"verdict", c.verdict}, {"detail", c.detail}});
+  return a;
+}
+
+}  // namespace ouro::lab

@@ -1,0 +1,168 @@
+// The lab's trust checks (src/lab/trust.cpp) on made-up runs, one trick at a time, and the pipe
+// process the lab times workers through (src/lab/pipe_process.cpp).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <random>
+#include <string>
+
+#include "lab/pipe_process.h"
+#include "lab/trust.h"
+
+using namespace ouro::lab;
+
+namespace {
+
+// Five pairs of three timed requests each; spec and held-out inputs alternate; noise of ~2%.
+TrustInput honest(uint64_t seed = 1) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> n(0, 0.02);
+  TrustInput in;
+  for (int i = 0; i < 5; ++i)
+    for (int side = 0; side < 2; ++side) {
+      TrustRun r;
+      for (int k = 0; k < 3; ++k) {
+        const bool held = (i + k) % 3 == 0;
+        const std::string key = held ? "heldout:" + std::to_string(100 + i * 3 + k) : "spec:" + std::to_string(k % 2);
+        const int j = held ? 100 + i * 3 + k : k % 2;  // an input's answer depends on the input only
+        TrustSlot s{key, held, {j, j + 1, j + 2}, "", {{"decode_tok_s", 100 * std::exp(n(rng))}}};
+        r.slots.push_back(s);
+      }
+      r.lab["decode_tok_s"] = 100 * std::exp(n(rng));
+      r.self["decode_tok_s"] = r.lab["decode_tok_s"] * (1 + 1e-4 * n(rng));
+      r.cpu_cores = 1.98;
+      (side ? in.cand : in.base).push_back(r);
+    }
+  for (int side = 0; side < 2; ++side)
+    for (int k = 0; k < 2; ++k) in.checked[side]["spec:" + std::to_string(k)] = tokens_key({k, k + 1, k + 2});
+  in.checked_all_equal = true;
+  in.allowed_cores = 2;
+  in.bench_self[0]["decode_tok_s"] = 120;
+  in.bench_self[1]["decode_tok_s"] = 121;
+  return in;
+}
+
+// By value: the checks are usually a temporary.
+TrustCheck get(const std::vector<TrustCheck>& v, const std::string& code) {
+  for (const auto& c : v)
+    if (c.code == code) return c;
+  return {"?", "missing", ""};
+}
+
+}  // namespace
+
+TEST(Trust, HonestRunsPassEveryCheck) {
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    const auto v = check_trust(honest(seed));
+    for (const auto& c : v) EXPECT_NE(c.verdict, "fail") << seed << " " << c.code << ": " << c.detail;
+    EXPECT_EQ(get(v, "heldout_speed_differs").verdict, "pass");
+  }
+}
+
+TEST(Trust, InflatedSelfReportIsAMismatch) {
+  TrustInput in = honest();
+  for (auto& r : in.cand) r.self["decode_tok_s"] *= 1.3;
+  const TrustCheck c = get(check_trust(in), "measurement_mismatch");
+  EXPECT_EQ(c.verdict, "fail") << c.detail;
+  EXPECT_FALSE(c.baseline_at_fault);
+  EXPECT_NE(c.detail.find("1.3x"), std::string::npos) << c.detail;
+}
+
+TEST(Trust, InflatedBenchIsAMismatchAndANoisyOneIsNot) {
+  TrustInput in = honest();
+  in.bench_self[1]["decode_tok_s"] = 1.3 * 121;
+  EXPECT_EQ(get(check_trust(in), "measurement_mismatch").verdict, "fail");
+  in.bench_self[1]["decode_tok_s"] = 1.04 * 121;  // within the 5% floor
+  EXPECT_EQ(get(check_trust(in), "measurement_mismatch").verdict, "pass");
+}
+
+TEST(Trust, ABaselineThatLiesMakesTheRunUnjudgeable) {
+  TrustInput in = honest();
+  for (auto& r : in.base) r.self["decode_tok_s"] *= 1.3;
+  const TrustCheck c = get(check_trust(in), "measurement_mismatch");
+  EXPECT_EQ(c.verdict, "fail");
+  EXPECT_TRUE(c.baseline_at_fault);
+}
+
+TEST(Trust, TimedOutputsMustBeTheCheckedOnes) {
+  TrustInput in = honest();
+  in.cand[2].slots[1].tokens = {9, 9, 9};  // a spec input answered differently while timed
+  const TrustCheck c = get(check_trust(in), "timed_outputs_differ");
+  EXPECT_EQ(c.verdict, "fail") << c.detail;
+  EXPECT_NE(c.detail.find("pair 3"), std::string::npos) << c.detail;
+}
+
+TEST(Trust, HeldOutTimedOutputsMustMatchTheBaselineWhenTheCheckedOnesDid) {
+  TrustInput in = honest();
+  for (auto& s : in.cand[1].slots)
+    if (s.heldout) s.tokens = {7};
+  EXPECT_EQ(get(check_trust(in), "timed_outputs_differ").verdict, "fail");
+  in.checked_all_equal = false;  // a candidate whose numerics legitimately differ: criteria decide
+  EXPECT_EQ(get(check_trust(in), "timed_outputs_differ").verdict, "pass");
+}
+
+TEST(Trust, ANonReproducibleBaselineIsItsOwnFault) {
+  TrustInput in = honest();
+  in.base[0].slots[1].tokens = {5, 5};
+  const TrustCheck c = get(check_trust(in), "timed_outputs_differ");
+  EXPECT_EQ(c.verdict, "fail");
+  EXPECT_TRUE(c.baseline_at_fault);
+}
+
+TEST(Trust, FastOnlyOnTheSpecsInputsIsCaught) {
+  TrustInput in = honest();
+  for (auto& r : in.cand)
+    for (auto& s : r.slots)
+      if (!s.heldout) s.lab["decode_tok_s"] *= 5;
+  EXPECT_EQ(get(check_trust(in), "heldout_speed_differs").verdict, "fail");
+  // A real, uniform 10% speed-up is not.
+  in = honest();
+  for (auto& r : in.cand)
+    for (auto& s : r.slots) s.lab["decode_tok_s"] *= 1.1;
+  EXPECT_EQ(get(check_trust(in), "heldout_speed_differs").verdict, "pass");
+}
+
+TEST(Trust, KernelLevelSpeedIsLowerIsBetter) {
+  TrustInput in = honest();
+  for (int side = 0; side < 2; ++side)
+    for (auto& r : side ? in.cand : in.base)
+      for (auto& s : r.slots) {
+        const double v = s.lab["decode_tok_s"];
+        s.lab = {{"ns_per_op", 1e6 / v / ((side && !s.heldout) ? 4 : 1)}};  // 4x faster on spec inputs
+      }
+  EXPECT_EQ(get(check_trust(in), "heldout_speed_differs").verdict, "fail");
+}
+
+TEST(Trust, MoreCoresThanThreadsIsOveruse) {
+  TrustInput in = honest();
+  in.allowed_cores = 1;
+  EXPECT_EQ(get(check_trust(in), "cpu_overuse").verdict, "fail");
+  in.allowed_cores = 0;
+  EXPECT_EQ(get(check_trust(in), "cpu_overuse").verdict, "skipped");
+}
+
+TEST(PipeProcess, StampsArrivalsAndSeesHangsAndExits) {
+  PipeProcess p;
+  ProcLimits lim;
+  lim.timeout_s = 30;
+  ASSERT_TRUE(p.start({"/bin/sh", "-c", "read x; echo got $x; sleep 0.3; echo late; read y; exit 3"}, {"PATH=/bin:/usr/bin"}, "", lim).ok());
+  ASSERT_TRUE(p.send("hello"));
+  const auto t0 = LabClock::now();
+  auto a = p.read_line(t0 + std::chrono::seconds(10));
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->text, "got hello");
+  auto b = p.read_line(t0 + std::chrono::seconds(10));
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->text, "late");
+  EXPECT_GE(std::chrono::duration<double>(b->arrived - a->arrived).count(), 0.25);
+  // Nothing more comes until input closes: a short deadline passes.
+  EXPECT_FALSE(p.read_line(LabClock::now() + std::chrono::milliseconds(100)));
+  EXPECT_TRUE(p.timed_out());
+  ProcResult r = p.finish(5);
+  EXPECT_TRUE(r.timed_out);  // a read passed its deadline: the group was killed
+  PipeProcess q;
+  ASSERT_TRUE(q.start({"/bin/sh", "-c", "read x; exit 3"}, {"PATH=/bin:/usr/bin"}, "", lim).ok());
+  ProcResult s = q.finish(5);  // closing stdin ends its read; it exits 3
+  EXPECT_EQ(s.exit_code, 3);
+  EXPECT_FALSE(s.timed_out);
+}

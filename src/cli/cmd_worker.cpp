@@ -85,11 +85,12 @@ int cmd_worker(int argc, char** argv) {
       ids.push_back(t.get<int>());
     }
     const nlohmann::json nj = req.value("n", nlohmann::json(0));
-    const bool reset = req.value("reset", true);
-    if (!ok || !nj.is_number_integer() || nj.get<long long>() < 0) {
-      emit({{"error", "tokens must be ids in [0, " + std::to_string(n_vocab) + ") and n a count >= 0"}});
+    const nlohmann::json rj = req.value("reset", nlohmann::json(true));
+    if (!ok || !nj.is_number_integer() || nj.get<long long>() < 0 || !rj.is_boolean()) {
+      emit({{"error", "tokens must be ids in [0, " + std::to_string(n_vocab) + "), n a count >= 0 and reset true or false"}});
       continue;
     }
+    const bool reset = rj.get<bool>();
     const int n = (int)std::min<long long>(nj.get<long long>(), 1 << 20);
     const int past = reset ? 0 : st->n_past();
     if (ids.empty() || (long long)past + (long long)ids.size() + n > st->n_ctx()) {

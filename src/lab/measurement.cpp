@@ -43,7 +43,10 @@ Expected<std::string> measurement_key(const Spec& spec, const BuildContext& ctx)
   }
   json criteria = json::array();
   for (const auto& c : spec.criteria) criteria.push_back({{"expr", c.text}, {"source", c.source}});
-  const json identity = {{"level", s["level"]},
+  // "method": how the lab measures; a record measured another way (before issue 15 the
+  // candidate's own `ouro bench` figures were taken at their word) is never reused for this one.
+  const json identity = {{"method", "lab-clock-checked-runs"},
+                         {"level", s["level"]},
                          {"sides", sides},
                          {"workload", s["workload"]},
                          {"repeats", spec.repeats},

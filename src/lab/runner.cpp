@@ -20,6 +20,8 @@
 #include "core/cpu.h"
 #include "core/npy.h"
 #include "core/sha256.h"
+#include "lab/judge.h"
+#include "lab/numfmt.h"
 #include "lab/measurement.h"
 #include "lab/probe.h"
 #include "lab/process.h"
@@ -38,19 +40,6 @@ namespace ouro::lab {
 namespace {
 
 bool kernel_like(Level l) { return l == Level::kKernel || l == Level::kOp; }
-
-std::string fmt(double v, int prec = 4) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char b[64];
-  std::snprintf(b, sizeof b, "%.*g", prec, v);
-  return b;
-}
-std::string pct(double r) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%+.1f%%", 100 * r);
-  return b;
-}
 
 // Model-independent synthetic text (the tokenizer turns it into tokens), from a seed.
 std::string synthetic_text(uint64_t seed, int words) {
@@ -445,121 +434,10 @@ Expected<Sample> timed_run(const Ctx& c, const SideExec& s, const std::string& t
   return out;
 }
 
-// ---- criteria ---------------------------------------------------------------------------------
-
-struct Judged {
-  json criteria = json::array();
-  std::vector<std::string> reasons;
-  bool any_fail = false, any_inconclusive = false;
-};
-
-// For an inconclusive criterion: roughly how many pairs would decide it at the noise measured so
-// far. The box's reach toward the bound shrinks like 1/sqrt(pairs), so deciding needs it to shrink
-// below the point's distance from the bound: pairs * (reach / distance)^2.
-std::string pairs_to_decide(size_t pairs, double point, double lo, double hi) {
-  const double reach = point >= 0 ? point - lo : hi - point;
-  if (pairs < 2 || !std::isfinite(reach)) return "; too few pairs to estimate how many would decide it";
-  if (std::fabs(point) < 1e-4) return "; the point lies on the bound: no number of pairs decides it";
-  const double need = std::ceil(pairs * (reach / point) * (reach / point));
-  return "; at this noise about " + (need > 1e4 ? std::string("10000+") : fmt(need, 6)) + " pairs would decide it";
-}
-
-// A criterion is judged on the point figures and on every corner of a confidence box: for each
-// metric it names, the baseline's typical value and the paired ratio each range over their
-// kDecisionAlpha interval (log_trimmed_interval), and `candidate.M` is baseline times ratio.
-// pass: holds at the point and at every corner; fail: fails at the point and at every corner;
-// otherwise inconclusive (the box straddles the bound). Exact for criteria monotone in each figure
-// (the usual `candidate.M >= k * baseline.M`), whose extremes over a box lie at its corners.
-Judged judge(const Spec& spec, const std::vector<Sample>& base, const std::vector<Sample>& cand, const json& correctness) {
-  Judged out;
-  const size_t pairs = std::min(base.size(), cand.size());
-  std::map<std::string, std::vector<double>> bs, cs;
-  for (const auto& m : spec.metrics)
-    for (size_t i = 0; i < pairs; ++i) {
-      bs[m].push_back(base[i].m.at(m));
-      cs[m].push_back(cand[i].m.at(m));
-    }
-  auto lookup_with = [&](const std::map<std::string, double>& bv, const std::map<std::string, double>& cv) {
-    return [&, bv, cv](const std::string& name) -> double {
-      if (name.rfind("baseline.", 0) == 0) return bv.at(name.substr(9));
-      if (name.rfind("candidate.", 0) == 0) return cv.at(name.substr(10));
-      const std::string rest = name.substr(12);  // after "correctness."
-      const json* node = &correctness;
-      std::string key = rest;
-      if (rest.rfind("spec.", 0) == 0 && correctness.contains("spec")) { node = &correctness.at("spec"); key = rest.substr(5); }
-      if (rest.rfind("heldout.", 0) == 0 && correctness.contains("heldout")) { node = &correctness.at("heldout"); key = rest.substr(8); }
-      return node->is_object() && node->contains(key) && node->at(key).is_number() ? node->at(key).get<double>() : NAN;
-    };
-  };
-  std::map<std::string, double> bpt, cpt;
-  std::map<std::string, LogInterval> bint, rint;
-  for (const auto& [m, v] : bs) {
-    bint[m] = log_trimmed_interval(v, kDecisionAlpha);
-    rint[m] = paired_ratio_interval(v, cs[m], kDecisionAlpha);
-    bpt[m] = bint[m].point;
-    cpt[m] = bpt[m] * rint[m].point;
-  }
-  const std::string level = fmt(100 * (1 - 2 * kDecisionAlpha), 3) + "%";
-  for (const auto& c : spec.criteria) {
-    std::vector<std::string> used;  // metrics the criterion names
-    for (const auto& n : expr_names(*c.expr)) {
-      if (n.rfind("correctness.", 0) == 0) continue;
-      const std::string m = n.substr(n.find('.') + 1);
-      if (std::find(used.begin(), used.end(), m) == used.end()) used.push_back(m);
-    }
-    const bool uses_samples = !used.empty();
-    auto point_lookup = lookup_with(bpt, cpt);
-    const bool point = eval_expr(*c.expr, point_lookup) != 0;
-    double frac = point ? 1 : 0;
-    std::vector<double> margins;
-    const Expr* lhs = comparison_lhs(*c.expr);
-    const Expr* rhs = comparison_rhs(*c.expr);
-    if (uses_samples && pairs > 0) {
-      int yes = 0, n = 0;
-      const size_t corners = (size_t)1 << (2 * std::min<size_t>(used.size(), 6));
-      for (size_t k = 0; k < corners; ++k) {
-        std::map<std::string, double> bv = bpt, cv = cpt;
-        for (size_t i = 0; i < used.size() && i < 6; ++i) {
-          const std::string& m = used[i];
-          const double b = (k >> (2 * i)) & 1 ? bint[m].hi : bint[m].lo;
-          const double r = (k >> (2 * i + 1)) & 1 ? rint[m].hi : rint[m].lo;
-          bv[m] = b;
-          cv[m] = b * r;
-        }
-        auto lk = lookup_with(bv, cv);
-        yes += eval_expr(*c.expr, lk) != 0;
-        ++n;
-        if (lhs && rhs) {
-          const double l = eval_expr(*lhs, lk), r = eval_expr(*rhs, lk);
-          margins.push_back(r != 0 ? l / r - 1 : l - r);
-        }
-      }
-      frac = (double)yes / n;
-    }
-    const bool all = frac == 1, none = frac == 0;
-    std::string verdict = all && point ? "pass" : none && !point ? "fail" : "inconclusive";
-    std::string detail;
-    if (lhs && rhs) {
-      const double l = eval_expr(*lhs, point_lookup), r = eval_expr(*rhs, point_lookup);
-      detail = to_string(*lhs) + " = " + fmt(l) + " vs " + to_string(*rhs) + " = " + fmt(r);
-      if (!margins.empty() && r != 0) {
-        auto [lo, hi] = std::minmax_element(margins.begin(), margins.end());
-        detail += "; margin " + pct(l / r - 1) + " [" + level + " box " + pct(*lo) + ", " + pct(*hi) + "]";
-        if (verdict == "inconclusive") detail += pairs_to_decide(pairs, l / r - 1, *lo, *hi);
-      }
-    } else {
-      detail = "value " + fmt(eval_expr(*c.expr, point_lookup));
-    }
-    if (uses_samples) detail += "; holds at " + fmt(100 * frac, 3) + "% of the " + level + " box's corners";
-    out.criteria.push_back({{"expr", c.text}, {"source", c.source}, {"verdict", verdict}, {"detail", detail}, {"holds_fraction", frac}});
-    if (verdict == "fail") {
-      out.any_fail = true;
-      out.reasons.push_back("criterion failed: " + c.text + " (" + detail + ")");
-    } else if (verdict == "inconclusive") {
-      out.any_inconclusive = true;
-      out.reasons.push_back("criterion inconclusive: " + c.text + " (" + detail + ")");
-    }
-  }
+// Each run's figures, for the criteria.
+std::vector<std::map<std::string, double>> figures(const std::vector<Sample>& v) {
+  std::vector<std::map<std::string, double>> out;
+  for (const auto& s : v) out.push_back(s.m);
   return out;
 }
 
@@ -571,79 +449,6 @@ std::string now_iso() {
 }
 
 }  // namespace
-
-// ---- machine --------------------------------------------------------------------------------
-
-double machine_busy_seconds() {
-  std::ifstream in("/proc/stat");
-  std::string cpu;
-  double v[10] = {0};
-  in >> cpu;
-  for (double& x : v) in >> x;
-  double busy = 0;
-  for (int i = 0; i < 10; ++i)
-    if (i != 3 && i != 4 && i < 8) busy += v[i];  // not idle, iowait, or guest (counted in user)
-  static const double hz = (double)sysconf(_SC_CLK_TCK);
-  return busy / hz;
-}
-
-MachineLoad measure_load(double window_s) {
-  auto read_stat = [](double& busy, double& total) {
-    std::ifstream in("/proc/stat");
-    std::string cpu;
-    double v[10] = {0};
-    in >> cpu;
-    for (double& x : v) in >> x;
-    total = 0;
-    for (double x : v) total += x;
-    busy = total - v[3] - v[4];  // minus idle and iowait
-  };
-  double b0, t0, b1, t1;
-  read_stat(b0, t0);
-  std::this_thread::sleep_for(std::chrono::duration<double>(window_s));
-  read_stat(b1, t1);
-  MachineLoad l;
-  const unsigned n = std::max(1u, std::thread::hardware_concurrency());
-  l.busy_cores = t1 > t0 ? (b1 - b0) / (t1 - t0) * n : 0;
-  std::ifstream la("/proc/loadavg");
-  la >> l.load1;
-  return l;
-}
-
-double quick_bandwidth_gb_s(int threads) {
-  static constexpr size_t n = (64u << 20) / sizeof(__m256i);  // 64 MiB, far larger than any cache here
-  static __m256i* buf = [] {
-    auto* p = static_cast<__m256i*>(std::aligned_alloc(64, n * sizeof(__m256i)));
-    for (size_t i = 0; p && i < n; ++i) p[i] = _mm256_set1_epi64x(1);
-    return p;
-  }();
-  if (!buf) return 0;
-  threads = std::max(1, threads);
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    std::vector<std::thread> ts;
-    std::vector<long long> sink(threads);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int t = 0; t < threads; ++t)
-      ts.emplace_back([&, t] {
-        const size_t b = n * t / threads, e = n * (t + 1) / threads;
-        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-        for (size_t i = b; i + 4 <= e; i += 4) {
-          a0 = _mm256_add_epi64(a0, _mm256_load_si256(buf + i));
-          a1 = _mm256_add_epi64(a1, _mm256_load_si256(buf + i + 1));
-          a2 = _mm256_add_epi64(a2, _mm256_load_si256(buf + i + 2));
-          a3 = _mm256_add_epi64(a3, _mm256_load_si256(buf + i + 3));
-        }
-        __m256i s = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
-        sink[t] = _mm256_extract_epi64(s, 0);
-      });
-    for (auto& t : ts) t.join();
-    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, n * sizeof(__m256i) / sec / 1e9);
-    if (sink[0] == 42) best += 0;  // keep the sums alive
-  }
-  return best;
-}
 
 // ---- the experiment --------------------------------------------------------------------------
 
@@ -783,8 +588,9 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
         const double ns = j.is_object() && j.value("ns_per_op", json()).is_number() ? j["ns_per_op"].get<double>() : 0;
         if (!(ns > 0)) return runtime_error("baseline's calibration run printed no ns_per_op");
         kernel_iters = (long long)std::clamp(std::ceil(spec.workload.min_time_ms * 1e6 / ns), 5.0, 1e9);
-        c.k_bytes = j.value("bytes", 0.0);
-        c.k_flops = j.value("flops", 0.0);
+        auto field = [&](const char* k) { return j.value(k, json()).is_number() ? j[k].get<double>() : 0.0; };
+        c.k_bytes = field("bytes");
+        c.k_flops = field("flops");
         record["kernel_iters"] = kernel_iters;
       }
       std::vector<std::pair<uint64_t, bool>> seeds;
@@ -1007,7 +813,7 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
       ++pairs;
       say("pair " + std::to_string(pairs) + "/" + std::to_string(target) + " done");
     }
-    judged = judge(spec, samples[0], samples[1], correctness);
+    judged = judge(spec, figures(samples[0]), figures(samples[1]), correctness);
     if (!judged.any_inconclusive || judged.any_fail || pairs >= spec.max_repeats) break;
     target = std::min(spec.max_repeats, pairs + 2);
     say("inconclusive after " + std::to_string(pairs) + " pairs: adding pairs (cap " + std::to_string(spec.max_repeats) + ")");
@@ -1033,7 +839,7 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
     json with_timed = worst_of(flat, timed);
     for (const char* k : {"spec", "heldout", "timed"}) with_timed[k] = correctness[k];
     const Judged before = judged;
-    judged = judge(spec, samples[0], samples[1], with_timed);
+    judged = judge(spec, figures(samples[0]), figures(samples[1]), with_timed);
     correctness = with_timed;
     record["correctness"] = correctness;
     TrustInput ti;
@@ -1050,10 +856,13 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
                                                     : corr_spec.value("exact", 0.0) == 1 && corr_held.value("exact", 0.0) == 1;
     ti.allowed_cores = spec.level == Level::kEngine && spec.workload.threads > 0 ? spec.workload.threads : 0;
     if (spec.level == Level::kEngine) {
-      // The candidate's own benchmark, once per side: its figures are a self-report too.
+      // Each side's own benchmark, three back-to-back pairs (ABABAB): its figures are a self-report
+      // too, compared pair by pair like the timed runs.
       say("asking both sides' `ouro bench` for their own figures");
-      json bench_j = json::object();
-      for (int i = 0; i < 2; ++i) {
+      json bench_j = {{"baseline", json::object()}, {"candidate", json::object()}};
+      std::map<std::string, std::vector<double>> runs[2];
+      for (int rep = 0; rep < 6; ++rep) {
+        const int i = rep % 2;
         std::vector<std::string> argv = {"bench", "--json", "--prompt-len", std::to_string(std::max(1, spec.workload.prompt_len)),
                                          "--gen-len", std::to_string(engine_gen(c)), "--repeats",
                                          std::to_string(std::max(2, spec.workload.bench_repeats)), "--warmup", "1"};
@@ -1062,16 +871,18 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
         argv.insert(argv.end(), args.begin(), args.end());
         ProcResult r = exec(c, sides[i], argv);
         const json j = r.ok() ? json::parse(r.out, nullptr, false) : json();
-        json fig = json::object();
+        if (!r.ok()) bench_j[sides[i].name]["error"] = failure_text(sides[i], "bench", r);
         for (const char* k : {"prefill_tok_s", "decode_tok_s"}) {
           if (k == std::string("decode_tok_s") && engine_gen(c) < 2) continue;
           if (j.is_object() && j.contains(k) && j[k].is_object() && j[k].value("median", json()).is_number()) {
-            ti.bench_self[i][k] = j[k]["median"].get<double>();
-            fig[k] = ti.bench_self[i][k];
+            runs[i][k].push_back(j[k]["median"].get<double>());
+            bench_j[sides[i].name][k] = runs[i][k];
           }
         }
-        bench_j[sides[i].name] = r.ok() ? fig : json(failure_text(sides[i], "bench", r));
       }
+      for (int i = 0; i < 2; ++i)
+        for (const auto& [k, v] : runs[i])
+          if (runs[1 - i].count(k) && runs[1 - i].at(k).size() == v.size()) ti.bench_self[i][k] = v;
       record["bench_self_report"] = bench_j;
     }
     trust = check_trust(ti);
@@ -1172,57 +983,6 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
   const double worst = others_load.empty() ? 0 : *std::max_element(others_load.begin(), others_load.end());
   if (worst > kBusyLimit) reasons.push_back("some kept pairs ran with other load (up to " + fmt(worst, 2) + " cores): treat with care");
   return finish(verdict);
-}
-
-std::string summarize_record(const json& rec) {
-  std::ostringstream o;
-  const json spec = rec.value("spec", json::object());
-  o << "question:  " << spec.value("question", "") << "\n";
-  o << "level:     " << spec.value("level", "") << "   pairs: " << rec.value("pairs", 0) << "\n";
-  if (rec.contains("stats") && rec["stats"].is_object()) {
-    char line[256];
-    std::snprintf(line, sizeof line, "%-18s %12s %12s %8s %18s %9s  %s\n", "metric", "baseline", "candidate", "ratio", "95% CI",
-                  "p", "change");
-    o << line;
-    for (auto it = rec["stats"].begin(); it != rec["stats"].end(); ++it) {
-      const json& s = it.value();
-      const json ci = s.value("ci", json::array({0, 0}));
-      std::snprintf(line, sizeof line, "%-18s %12s %12s %8.3f   [%6.3f, %6.3f] %9.2g  %s\n", it.key().c_str(),
-                    fmt(s.value("baseline_median", 0.0), 5).c_str(), fmt(s.value("candidate_median", 0.0), 5).c_str(),
-                    s.value("ratio", 0.0), ci.size() == 2 ? ci[0].get<double>() : 0.0, ci.size() == 2 ? ci[1].get<double>() : 0.0,
-                    s.value("p_value", 1.0), s.value("change", "").c_str());
-      o << line;
-    }
-  }
-  if (rec.contains("correctness")) {
-    o << "correctness:";
-    for (auto it = rec["correctness"].begin(); it != rec["correctness"].end(); ++it)
-      if (it.value().is_number()) o << " " << it.key() << "=" << fmt(it.value().get<double>());
-    o << "\n";
-  }
-  if (rec.contains("criteria"))
-    for (const auto& c : rec["criteria"])
-      o << "  [" << c.value("verdict", "") << "] " << c.value("expr", "") << "\n      " << c.value("detail", "") << "\n";
-  if (rec.contains("attribution") && rec["attribution"].is_array()) {
-    o << "attribution (ms per run, median runs):\n";
-    for (const auto& a : rec["attribution"]) {
-      char line[200];
-      std::snprintf(line, sizeof line, "  %-14s %9.3f -> %9.3f  (%+.3f, %+.1f%%)\n", a.value("name", "").c_str(),
-                    a.value("baseline_ms", 0.0), a.value("candidate_ms", 0.0), a.value("delta_ms", 0.0), a.value("delta_pct", 0.0));
-      o << line;
-    }
-  }
-  if (rec.contains("trust") && rec["trust"].is_array()) {
-    o << "trust (the lab's own clock and checks):\n";
-    for (const auto& t : rec["trust"])
-      o << "  [" << t.value("verdict", "") << "] " << t.value("check", "") << "\n      " << t.value("detail", "") << "\n";
-  }
-  o << "verdict:   " << rec.value("verdict", "");
-  if (rec.contains("rejected_for") && rec["rejected_for"].is_string()) o << " (rejected for " << rec["rejected_for"].get<std::string>() << ")";
-  o << "\n";
-  if (rec.contains("reasons"))
-    for (const auto& r : rec["reasons"]) o << "  - " << (r.is_string() ? r.get<std::string>() : r.dump()) << "\n";
-  return o.str();
 }
 
 }  // namespace ouro::lab

@@ -38,8 +38,8 @@ struct TrustInput {
   std::map<std::string, std::string> checked[2];
   bool checked_all_equal = false;  // the candidate's checked outputs equal the baseline's on every input
   double allowed_cores = 0;        // 0: no CPU check
-  // `ouro bench --json` figures of each side (empty: not asked), against the lab's medians.
-  std::map<std::string, double> bench_self[2];
+  // `ouro bench --json` figures of each side (empty: not asked), run k of both sides back to back.
+  std::map<std::string, std::vector<double>> bench_self[2];
 };
 
 struct TrustCheck {

@@ -23,6 +23,9 @@ namespace {
 
 double secs(LabClock::time_point a, LabClock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
+// The worker's lines are untrusted: a field of the wrong type is "absent", never an exception.
+bool flag(const json& j, const char* k) { return j.is_object() && j.contains(k) && j[k].is_boolean() && j[k].get<bool>(); }
+
 std::string tail_of(const std::string& err) {
   std::string t = err;
   while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
@@ -69,8 +72,8 @@ WorkerRun run_worker(const WorkerCall& call, const std::vector<WorkerInput>& inp
     return out;
   }
   const json rj = json::parse(ready->text, nullptr, false);
-  if (!rj.is_object() || !rj.value("ready", false)) return fail("printed no ready line (got: " + ready->text.substr(0, 120) + ")", true);
-  out.n_vocab = rj.value("n_vocab", 0);
+  if (!flag(rj, "ready")) return fail("printed no ready line (got: " + ready->text.substr(0, 120) + ")", true);
+  out.n_vocab = rj.contains("n_vocab") && rj["n_vocab"].is_number_integer() ? rj["n_vocab"].get<int>() : 0;
   double cpu0 = 0, wall_timed = 0, cpu_timed = 0;
   LabClock::time_point timed_t0{};
   for (size_t k = 0; k < inputs.size(); ++k) {
@@ -83,7 +86,7 @@ WorkerRun run_worker(const WorkerCall& call, const std::vector<WorkerInput>& inp
       if (!p.send(json({{"tokens", call.context}, {"n", 0}, {"reset", true}}).dump())) return fail("closed its input", true);
       auto l = next(call.request_timeout_s);
       if (!l) return fail(p.timed_out() ? "hung: timed out after " + std::to_string((int)call.request_timeout_s) + " s without an answer" : "crashed", true);
-      if (!json::parse(l->text, nullptr, false).value("done", false)) return fail("did not fill its context: " + l->text.substr(0, 200), true);
+      if (!flag(json::parse(l->text, nullptr, false), "done")) return fail("did not fill its context: " + l->text.substr(0, 200), true);
     }
     const json req = {{"tokens", inputs[k].prompt}, {"n", call.gen}, {"reset", call.context.empty()}};
     const auto sent = LabClock::now();
@@ -100,9 +103,10 @@ WorkerRun run_worker(const WorkerCall& call, const std::vector<WorkerInput>& inp
       const json j = json::parse(l->text, nullptr, false);
       if (!j.is_object()) return fail("broke the protocol (printed: " + l->text.substr(0, 120) + ")", true);
       if (j.contains("error")) return fail("refused a request: " + j["error"].dump(), true);
-      if (j.value("done", false)) break;
+      if (flag(j, "done")) break;
       if (!j.contains("tok") || !j["tok"].is_number_integer()) return fail("broke the protocol (printed: " + l->text.substr(0, 120) + ")", true);
-      const long long t = j.value("t_ns", 0LL);
+      // A timestamp that is not a number claims nothing (and then fails measurement_mismatch).
+      const long long t = j.contains("t_ns") && j["t_ns"].is_number() ? (long long)j["t_ns"].get<double>() : -1;
       if (s.tokens.empty()) { first = l->arrived; self_first = t; }
       last = l->arrived;
       self_last = t;

@@ -5,6 +5,7 @@ the trust check that names the trick; a real 10% speed-up must still be accepted
 the binary under test with one OURO_FAULT adversary on (src/core/fault.h); the rates over repeated
 runs are bench/lab_selftest.py's (docs/lab.md)."""
 import os
+import statistics
 
 import pytest
 
@@ -25,7 +26,7 @@ def test_adversary_is_rejected_for_the_right_reason(ouro_bin, model_path, tmp_pa
         assert rec["rejected_for"] == "measurement_mismatch", rec["reasons"]
         bench = rec["bench_self_report"]
         lab_c = rec["stats"]["decode_tok_s"]["candidate_median"]
-        assert bench["candidate"]["decode_tok_s"] > 1.15 * lab_c
+        assert statistics.median(bench["candidate"]["decode_tok_s"]) > 1.15 * lab_c  # three runs of its bench
         assert rec["reasons"][0].startswith("measurement_mismatch: ")
     if name == "skips-layer-when-timed":
         assert rec["rejected_for"] == "timed_outputs_differ"
@@ -41,14 +42,14 @@ def test_worker_protocol_errors_do_not_stop_it(ouro_bin, model_path):
     import json
     import subprocess
     reqs = ['not json', '{"tokens": [1, 2], "n": -1}', '{"tokens": [999999999], "n": 1}', '{"tokens": [], "n": 1}',
-            '{"tokens": [1, 2, 3], "n": 3}']
+            '{"tokens": [1], "n": 1, "reset": "yes"}', '{"tokens": [1, 2, 3], "n": 3}']
     p = subprocess.run([str(ouro_bin), "worker", "-m", str(model_path), "-t", "1"], input="\n".join(reqs) + "\n",
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     lines = [json.loads(x) for x in p.stdout.splitlines()]
     assert lines[0]["ready"] is True and lines[0]["n_vocab"] == 49152
-    assert [("error" in x) for x in lines[1:5]] == [True] * 4
-    toks = [x for x in lines[5:] if "tok" in x]
+    assert [("error" in x) for x in lines[1:6]] == [True] * 5
+    toks = [x for x in lines[6:] if "tok" in x]
     assert len(toks) == 3 and lines[-1]["done"] is True
     assert all(b["t_ns"] >= a["t_ns"] for a, b in zip(toks, toks[1:]))
     # The same request from a fresh process streams the same greedy ids.

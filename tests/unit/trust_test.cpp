@@ -37,8 +37,8 @@ TrustInput honest(uint64_t seed = 1) {
     for (int k = 0; k < 2; ++k) in.checked[side]["spec:" + std::to_string(k)] = tokens_key({k, k + 1, k + 2});
   in.checked_all_equal = true;
   in.allowed_cores = 2;
-  in.bench_self[0]["decode_tok_s"] = 120;
-  in.bench_self[1]["decode_tok_s"] = 121;
+  in.bench_self[0]["decode_tok_s"] = {120, 118, 125};
+  in.bench_self[1]["decode_tok_s"] = {121, 117, 124};
   return in;
 }
 
@@ -70,9 +70,13 @@ TEST(Trust, InflatedSelfReportIsAMismatch) {
 
 TEST(Trust, InflatedBenchIsAMismatchAndANoisyOneIsNot) {
   TrustInput in = honest();
-  in.bench_self[1]["decode_tok_s"] = 1.3 * 121;
+  in.bench_self[1]["decode_tok_s"] = {1.3 * 121, 1.3 * 117, 1.3 * 124};
   EXPECT_EQ(get(check_trust(in), "measurement_mismatch").verdict, "fail");
-  in.bench_self[1]["decode_tok_s"] = 1.04 * 121;  // within the 5% floor
+  in.bench_self[1]["decode_tok_s"] = {1.1 * 121, 1.1 * 117, 1.1 * 124};  // within the 15% floor
+  EXPECT_EQ(get(check_trust(in), "measurement_mismatch").verdict, "pass");
+  // Drift between bench pairs cancels: both sides 30% slower in the last pair is no lie.
+  in.bench_self[0]["decode_tok_s"] = {120, 118, 84};
+  in.bench_self[1]["decode_tok_s"] = {121, 117, 85};
   EXPECT_EQ(get(check_trust(in), "measurement_mismatch").verdict, "pass");
 }
 

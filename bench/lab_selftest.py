@@ -3,8 +3,11 @@
 
 - false accepts: every candidate of the adversarial set (tests/lab_adversaries.py) run R times
   through `ouro lab run`; each run must end as the set expects (rejected by the trust check that
-  names the trick; the real 10% speed-up accepted, the real 10% slow-down rejected). A false accept
-  is an adversary accepted; a miss is any other wrong outcome.
+  names the trick, or for its wrong outputs). A false accept is an adversary accepted; a miss is
+  any other wrong outcome.
+- true positives: the honest candidates of the same file (faster at depth, at long prompts, in
+  prefill only, at 1 thread; slower at depth; 10% either way), run R times each: a true positive
+  missed is one that does not get the verdict its criteria say, or that fails a trust check.
 - false rejects: N identical runs per level (bench/lab_identical.py's specs: both sides the same
   binary and options); a reject of identical sides is a false reject, whether by a criterion or by
   a trust check.
@@ -26,7 +29,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
-from lab_adversaries import ADVERSARIES, judge_outcome, spec_text  # noqa: E402
+from lab_adversaries import ADVERSARIES, TRUE_POSITIVES, judge_outcome, spec_text  # noqa: E402
 from lab_identical import MODEL, SPECS  # noqa: E402
 
 
@@ -43,6 +46,7 @@ def main():
     ap.add_argument("--adversary-runs", type=int, default=1)
     ap.add_argument("--identical-runs", type=int, default=20)
     ap.add_argument("--levels", default="kernel,engine")
+    ap.add_argument("--only", default="", help="comma-separated case names of the adversarial set (default: all)")
     ap.add_argument("--bin", default=str(ROOT / "build" / "ouro"))
     ap.add_argument("--model", default=str(MODEL))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "lab-selftest.jsonl"))
@@ -54,14 +58,16 @@ def main():
     out.parent.mkdir(parents=True, exist_ok=True)
     rows, t0 = [], time.monotonic()
     with out.open("w") as log:
-        for name in sorted(ADVERSARIES):
+        names = [n for n in a.only.split(",") if n] or sorted(ADVERSARIES)
+        for name in names:
+            kind = "true-positive" if name in TRUE_POSITIVES else "adversary"
             spec = tmp / f"{name}.toml"
             spec.write_text(spec_text(name, a.model))
             for i in range(a.adversary_runs):
                 rec = lab_run(a.bin, spec, env)
                 outcome = judge_outcome(name, rec)
-                rows.append(("adversary", name, rec["verdict"], rec.get("rejected_for", ""), outcome))
-                log.write(json.dumps({"kind": "adversary", "name": name, "outcome": outcome, "record": rec}) + "\n")
+                rows.append((kind, name, rec["verdict"], rec.get("rejected_for", ""), outcome))
+                log.write(json.dumps({"kind": kind, "name": name, "outcome": outcome, "record": rec}) + "\n")
                 print(f"{name:28s} {rec['verdict']:12s} {rec.get('rejected_for', ''):22s} {outcome}", flush=True)
         for level in [x for x in a.levels.split(",") if x]:
             spec = tmp / f"identical-{level}.toml"
@@ -79,6 +85,9 @@ def main():
     false_accepts = sum(1 for r in adv if r[4].startswith("FALSE ACCEPT"))
     misses = sum(1 for r in adv if r[4] != "ok")
     print(f"adversarial set: {len(adv)} runs, {false_accepts} false accepts, {misses} outcomes not as expected")
+    tps = [r for r in rows if r[0] == "true-positive"]
+    print(f"true positives: {len(tps)} runs, {sum(1 for r in tps if r[4] != 'ok')} not as their criteria say "
+          f"(or with a trust check failing)")
     for level in [x for x in a.levels.split(",") if x]:
         ids = [r for r in rows if r[0] == "identical" and r[1] == level]
         v = [r[2] for r in ids]

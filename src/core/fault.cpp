@@ -59,15 +59,39 @@ Config parse_env() {
       c.flaky_n = n;
       c.flaky_hang = how == "hang";
     } else if (item.rfind("slow:", 0) == 0) {
+      // slow:OP:PCT or slow:OP:PCT:WHEN
       const size_t colon = item.find(':', 5);
+      const size_t colon2 = colon == std::string::npos ? colon : item.find(':', colon + 1);
+      const std::string when = colon2 == std::string::npos ? "" : item.substr(colon2 + 1);
+      const std::string num = colon == std::string::npos ? "" : item.substr(colon + 1, colon2 == std::string::npos ? std::string::npos : colon2 - colon - 1);
       char* endp = nullptr;
-      const double pct = colon == std::string::npos ? -1 : std::strtod(item.c_str() + colon + 1, &endp);
-      if (colon == std::string::npos || colon == 5 || !endp || *endp || !(pct > 0 && pct <= 1000)) {
-        std::fprintf(stderr, "ouro: ignoring OURO_FAULT item '%s' (expected slow:OP:PERCENT)\n", item.c_str());
+      const double pct = num.empty() ? -1 : std::strtod(num.c_str(), &endp);
+      const bool when_ok = colon2 == std::string::npos || when == "prefill" || when == "decode" || when == "t1";
+      if (colon == std::string::npos || colon == 5 || !endp || *endp || !(pct > 0 && pct <= 1000) || !when_ok) {
+        std::fprintf(stderr, "ouro: ignoring OURO_FAULT item '%s' (expected slow:OP:PERCENT[:prefill|decode|t1])\n", item.c_str());
         continue;
       }
       c.slow_op = item.substr(5, colon - 5);
       c.slow_pct = pct;
+      c.slow_when = when;
+    } else if (item.rfind("repeat:", 0) == 0 || item.rfind("truncate:attention:", 0) == 0) {
+      // repeat:OP:N, truncate:attention:N
+      const bool repeat = item[0] == 'r';
+      const size_t colon = item.rfind(':');
+      const std::string op = item.substr(repeat ? 7 : 9, colon - (repeat ? 7 : 9));
+      char* endp = nullptr;
+      const long n = std::strtol(item.c_str() + colon + 1, &endp, 10);
+      if (op.empty() || op.find(':') != std::string::npos || !endp || *endp || endp == item.c_str() + colon + 1 ||
+          !(n >= 1 && n <= 1000000)) {
+        std::fprintf(stderr, "ouro: ignoring OURO_FAULT item '%s' (expected repeat:OP:N or truncate:attention:N)\n", item.c_str());
+        continue;
+      }
+      if (repeat) {
+        c.repeat_op = op;
+        c.repeat_n = (int)n;
+      } else {
+        c.attn_key_limit = (int)n;
+      }
     } else if (item.rfind("badscale:", 0) == 0) {
       const size_t colon = item.find(':', 9);
       const std::string what = colon == std::string::npos ? "" : item.substr(9, colon - 9);
@@ -103,6 +127,7 @@ const Config g_config = parse_env();
 
 bool g_active = g_config.active;
 bool g_skip_last_layer = false;
+int g_batch_tokens = 0, g_pool_threads = 0;
 
 const Config& config() { return g_config; }
 
@@ -121,11 +146,22 @@ void op_hook_slow(const char* op) {
   if (!g_config.slow_op.empty() && std::strcmp(op, g_config.slow_op.c_str()) == 0) {
     // The forward pass runs on one thread at a time; the first call only starts the clock.
     static Clock::time_point last{};
+    // Only in passes of the asked shape; a pass of another shape restarts the clock, so its time is
+    // never charged to the next matching call.
+    const std::string& w = g_config.slow_when;
+    if ((w == "prefill" && g_batch_tokens <= 1) || (w == "decode" && g_batch_tokens != 1) || (w == "t1" && g_pool_threads != 1)) {
+      last = Clock::time_point{};
+      return;
+    }
     const Clock::time_point now = Clock::now();
     if (last != Clock::time_point{})
       spin_until(now + std::chrono::duration_cast<Clock::duration>((now - last) * (g_config.slow_pct / 100.0)));
     last = Clock::now();
   }
+}
+
+int repeats_slow(const char* op) {
+  return !g_config.repeat_op.empty() && std::strcmp(op, g_config.repeat_op.c_str()) == 0 ? g_config.repeat_n : 1;
 }
 
 double inflation(const char* where) {

@@ -5,6 +5,11 @@
 //   OURO_FAULT=delay:OP:US    spin US microseconds inside each call of op OP (e.g. delay:swiglu:20)
 //   OURO_FAULT=slow:OP:PCT    spin inside each call of op OP for PCT% of the time since its previous
 //                             call, so the whole run is PCT% slower whatever the machine's speed
+//   OURO_FAULT=slow:OP:PCT:WHEN  the same, only in forward passes of one shape: WHEN = prefill (more
+//                             than one token), decode (one token) or t1 (a pool of one thread)
+//   OURO_FAULT=repeat:OP:N    op OP computes its result N times (the same result: wasted work whose
+//                             cost follows the op's, e.g. attention's grows with the depth)
+//   OURO_FAULT=truncate:attention:N  attention reads at most the first N keys (a wrong speed-up)
 //   OURO_FAULT=crash          abort() at the first forward pass or kernel run
 //   OURO_FAULT=hang           sleep forever at the first forward pass or kernel run
 //   OURO_FAULT=badscale:kv:F  the KV cache's fp8/int8 encoder stores each scale times F (a broken
@@ -39,6 +44,10 @@ struct Config {
   double delay_us = 0;
   std::string slow_op;   // empty: no proportional delay
   double slow_pct = 0;
+  std::string slow_when;  // "", "prefill", "decode" or "t1"
+  std::string repeat_op;  // empty: no repeated op
+  int repeat_n = 1;
+  int attn_key_limit = 0;  // 0: attention reads every key
   bool crash = false;
   bool hang = false;
   std::string memo_dir;  // empty: no memo
@@ -73,6 +82,21 @@ void start_hook_slow();
 // Called at the start of each traced op of the model (the op's name as in the trace).
 inline void at_op(const char* op) {
   if (__builtin_expect(g_active, 0)) op_hook_slow(op);
+}
+// The shape of the forward pass under way (the slow fault's WHEN); set by the model per pass.
+extern int g_batch_tokens, g_pool_threads;
+inline void at_batch(int tokens, int threads) {
+  if (__builtin_expect(g_active, 0)) {
+    g_batch_tokens = tokens;
+    g_pool_threads = threads;
+  }
+}
+// How many times op `op` computes its result (1 unless the repeat fault names it).
+int repeats_slow(const char* op);
+inline int repeats(const char* op) { return __builtin_expect(g_active, 0) ? repeats_slow(op) : 1; }
+// The keys attention reads out of `keys` (all of them unless the truncate fault is on).
+inline int attention_keys(int keys) {
+  return __builtin_expect(g_active, 0) && config().attn_key_limit > 0 && keys > config().attn_key_limit ? config().attn_key_limit : keys;
 }
 // Called at the start of a forward pass or a microbenchmark run.
 inline void at_start() {

@@ -44,8 +44,9 @@ Expected<std::string> measurement_key(const Spec& spec, const BuildContext& ctx)
   json criteria = json::array();
   for (const auto& c : spec.criteria) criteria.push_back({{"expr", c.text}, {"source", c.source}});
   // "method": how the lab measures; a record measured another way (before issue 15 the
-  // candidate's own `ouro bench` figures were taken at their word) is never reused for this one.
-  const json identity = {{"method", "lab-clock-checked-runs"},
+  // candidate's own `ouro bench` figures were taken at their word; at engine level, before issue
+  // 31, its cross-check ran `ouro bench` on other work than the timed runs) is never reused for this one.
+  const json identity = {{"method", s["level"] == "engine" ? "lab-clock-checked-runs-bench-same-work" : "lab-clock-checked-runs"},
                          {"level", s["level"]},
                          {"sides", sides},
                          {"workload", s["workload"]},

@@ -20,6 +20,7 @@
 #include "core/cpu.h"
 #include "core/npy.h"
 #include "core/sha256.h"
+#include "lab/engine_work.h"
 #include "lab/judge.h"
 #include "lab/numfmt.h"
 #include "lab/measurement.h"
@@ -68,6 +69,7 @@ struct SideExec {
 struct Ctx {
   const Spec& spec;
   const RunOptions& opt;
+  EngineWork work;    // the engine level's timed work: worker runs and the bench cross-check alike
   std::string run_dir;
   std::string model;  // absolute, engine/op levels
   int n_vocab = 0;    // engine level: the model's vocabulary (prompt ids are drawn below it)
@@ -86,7 +88,7 @@ struct Ctx {
 std::vector<std::string> common_args(const Ctx& c, const SideExec& s) {
   std::vector<std::string> a;
   if (!c.model.empty()) a.insert(a.end(), {"-m", c.model});
-  if (c.spec.workload.threads > 0) a.insert(a.end(), {"-t", std::to_string(c.spec.workload.threads)});
+  if (c.work.threads > 0) a.insert(a.end(), {"-t", std::to_string(c.work.threads)});
   a.insert(a.end(), s.args.begin(), s.args.end());
   return a;
 }
@@ -106,6 +108,13 @@ std::string failure_text(const SideExec& s, const char* what, const ProcResult& 
 }
 
 // ---- correctness ---------------------------------------------------------------------------
+
+// A criterion that names correctness figures only (no timing).
+bool correctness_only(const Criterion& cr) {
+  for (const auto& n : expr_names(*cr.expr))
+    if (n.rfind("correctness.", 0) != 0) return false;
+  return true;
+}
 
 struct Outputs {
   NpyF32 logits;
@@ -263,18 +272,14 @@ struct Draw {
 
 // The engine level's prompts: the spec's seeds, and held-out ones drawn by the lab.
 WorkerInput spec_input(const Ctx& c, uint64_t seed) {
-  return {seeded_prompt(seed, c.spec.workload.prompt_len, c.n_vocab), "spec:" + std::to_string(seed), false};
+  return {seeded_prompt(seed, c.work.prompt_len, c.n_vocab), "spec:" + std::to_string(seed), false};
 }
 WorkerInput heldout_input(const Ctx& c, std::mt19937_64& rng) {
   const uint64_t seed = rng() % (1ull << 62);
-  return {seeded_prompt(seed, c.spec.workload.prompt_len, c.n_vocab), "heldout:" + std::to_string(seed), true};
+  return {seeded_prompt(seed, c.work.prompt_len, c.n_vocab), "heldout:" + std::to_string(seed), true};
 }
-// Greedy tokens per request, checked and timed alike: gen_len, or greedy_tokens for a prefill-only
-// spec (gen_len = 0), so that its checked continuations are still that long.
-int engine_gen(const Ctx& c) {
-  const Workload& w = c.spec.workload;
-  return w.gen_len > 0 ? w.gen_len : std::max(1, w.greedy_tokens);
-}
+// Greedy tokens per request, checked and timed alike (EngineWork::gen).
+int engine_gen(const Ctx& c) { return c.work.gen; }
 
 WorkerCall worker_call(const Ctx& c, const SideExec& s, const std::string& trace) {
   WorkerCall w;
@@ -303,7 +308,7 @@ std::vector<TrustSlot> trust_slots(const Ctx& c, const WorkerRun& r) {
   for (const auto& sl : r.slots) {
     TrustSlot t{sl.key, sl.heldout, sl.tokens, "", {}};
     if (sl.timed) {
-      t.lab["prefill_tok_s"] = sl.lab_prefill_s > 0 ? c.spec.workload.prompt_len / sl.lab_prefill_s : 0;
+      t.lab["prefill_tok_s"] = sl.lab_prefill_s > 0 ? c.work.prompt_len / sl.lab_prefill_s : 0;
       if (gen > 1) t.lab["decode_tok_s"] = sl.lab_decode_s > 0 ? (gen - 1) / sl.lab_decode_s : 0;
     }
     v.push_back(std::move(t));
@@ -374,7 +379,7 @@ Expected<Sample> timed_run(const Ctx& c, const SideExec& s, const std::string& t
     if (sp.trace) out.trace = c.run_dir + "/trace-" + tag + ".json";
     const WorkerRun r = run_worker(worker_call(c, s, out.trace), d.inputs);
     if (!r.ok) return worker_error(s, "timed run", r);
-    const RunRates rr = run_rates(r, sp.workload.prompt_len, engine_gen(c));
+    const RunRates rr = run_rates(r, c.work.prompt_len, engine_gen(c));
     out.m["prefill_tok_s"] = rr.prefill_tok_s;
     out.self["prefill_tok_s"] = rr.self_prefill_tok_s;
     if (engine_gen(c) > 1) {
@@ -456,7 +461,7 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
   auto say = [&](const std::string& s) {
     if (opt.verbose) std::fprintf(stderr, "lab: %s\n", s.c_str());
   };
-  Ctx c{spec, opt, opt.out_dir, "", 0, {}, 0, 0, 0};
+  Ctx c{spec, opt, engine_work(spec.workload), opt.out_dir, "", 0, {}, 0, 0, 0};
   if (c.run_dir.empty()) {
     char b[64];
     std::snprintf(b, sizeof b, "/runs/%lld-%d", (long long)std::time(nullptr), (int)getpid());
@@ -568,7 +573,7 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
     const GgufTensorInfo* emb = (*f)->tensor("token_embd.weight");
     c.n_vocab = toks && !toks->arr.empty() ? (int)toks->arr.size() : emb && emb->ne.size() == 2 ? (int)emb->ne[1] : 0;
     if (c.n_vocab <= 0) return usage_error(c.model + ": no tokenizer.ggml.tokens or token_embd.weight to learn the vocabulary from");
-    if (spec.workload.depth > 0) c.context = seeded_prompt(heldout_seed ^ 0xdeadbeefull, spec.workload.depth, c.n_vocab);
+    if (c.work.depth > 0) c.context = seeded_prompt(heldout_seed ^ 0xdeadbeefull, c.work.depth, c.n_vocab);
   }
   say("checking correctness (spec inputs and held-out inputs)");
   json corr_spec, corr_held;
@@ -705,11 +710,7 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
   if (opt.correctness_only) {
     // No timing: only the criteria that name nothing but correctness figures can be judged.
     Spec only = spec;
-    std::erase_if(only.criteria, [](const Criterion& cr) {
-      for (const auto& n : expr_names(*cr.expr))
-        if (n.rfind("correctness.", 0) != 0) return true;
-      return false;
-    });
+    std::erase_if(only.criteria, [](const Criterion& cr) { return !correctness_only(cr); });
     const Judged j = judge(only, {}, {}, correctness);
     record["criteria"] = j.criteria;
     reasons.insert(reasons.end(), j.reasons.begin(), j.reasons.end());
@@ -739,8 +740,22 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
     Draw d;
     auto next_spec = [&] { return spec.workload.seeds[spec_next++ % spec.workload.seeds.size()]; };
     if (spec.level == Level::kEngine) {
-      for (int i = 0; i <= spec.workload.bench_repeats; ++i)
-        d.inputs.push_back(draw_rng() % 3 == 0 ? heldout_input(c, draw_rng) : spec_input(c, next_spec()));
+      // Input 0 is the run's warm-up. When a run has two timed inputs or more, one of them is held
+      // out and one a spec input, at random places; the others are held out 1 time in 3. (All drawn
+      // 1 in 3, an experiment of 5 pairs with 2 timed inputs each had fewer than 2 held-out ones about
+      // 1 time in 10, and heldout_speed_differs was skipped for the memorising adversary.)
+      const int n = spec.workload.bench_repeats + 1;
+      std::vector<int> kind(n, -1);  // -1: drawn, 0: spec input, 1: held out
+      if (n - 1 >= 2) {
+        const int a = 1 + (int)(draw_rng() % (uint64_t)(n - 1));
+        const int b = 1 + (a - 1 + 1 + (int)(draw_rng() % (uint64_t)(n - 2))) % (n - 1);
+        kind[a] = 1;
+        kind[b] = 0;
+      }
+      for (int i = 0; i < n; ++i) {
+        const bool held = kind[i] < 0 ? draw_rng() % 3 == 0 : kind[i] == 1;
+        d.inputs.push_back(held ? heldout_input(c, draw_rng) : spec_input(c, next_spec()));
+      }
     } else {
       d.iters = kernel_iters;
       d.heldout = draw_rng() % 3 == 0;
@@ -823,6 +838,7 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
   //     ones and the baseline's, the self-reports against the lab's clock, the held-out inputs'
   //     speed against the spec's, and the CPU the candidate used.
   std::vector<TrustCheck> trust;
+  const Judged on_checked = judged;  // the criteria on the checked outputs alone
   {
     json timed = json::object();
     if (spec.level == Level::kEngine) {
@@ -854,26 +870,26 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
     ti.checked[1] = checked[1];
     ti.checked_all_equal = !kernel_like(spec.level) ? corr_spec.value("greedy_match", 0.0) == 1 && corr_held.value("greedy_match", 0.0) == 1
                                                     : corr_spec.value("exact", 0.0) == 1 && corr_held.value("exact", 0.0) == 1;
-    ti.allowed_cores = spec.level == Level::kEngine && spec.workload.threads > 0 ? spec.workload.threads : 0;
+    ti.allowed_cores = spec.level == Level::kEngine && c.work.threads > 0 ? c.work.threads : 0;
     if (spec.level == Level::kEngine) {
       // Each side's own benchmark, three back-to-back pairs (ABABAB): its figures are a self-report
-      // too, compared pair by pair like the timed runs.
-      say("asking both sides' `ouro bench` for their own figures");
+      // too, compared pair by pair like the timed runs. Each figure is its own `ouro bench` call on
+      // the work the lab timed (bench_args_for: prefill after the depth, decode after depth + prompt).
+      say("asking both sides' `ouro bench` for their own figures of the timed work");
       json bench_j = {{"baseline", json::object()}, {"candidate", json::object()}};
       std::map<std::string, std::vector<double>> runs[2];
       for (int rep = 0; rep < 6; ++rep) {
         const int i = rep % 2;
-        std::vector<std::string> argv = {"bench", "--json", "--prompt-len", std::to_string(std::max(1, spec.workload.prompt_len)),
-                                         "--gen-len", std::to_string(engine_gen(c)), "--repeats",
-                                         std::to_string(std::max(2, spec.workload.bench_repeats)), "--warmup", "1"};
-        if (spec.workload.depth > 0) argv.insert(argv.end(), {"--depth", std::to_string(spec.workload.depth)});
-        auto args = common_args(c, sides[i]);
-        argv.insert(argv.end(), args.begin(), args.end());
-        ProcResult r = exec(c, sides[i], argv);
-        const json j = r.ok() ? json::parse(r.out, nullptr, false) : json();
-        if (!r.ok()) bench_j[sides[i].name]["error"] = failure_text(sides[i], "bench", r);
-        for (const char* k : {"prefill_tok_s", "decode_tok_s"}) {
-          if (k == std::string("decode_tok_s") && engine_gen(c) < 2) continue;
+        for (const std::string k : {"prefill_tok_s", "decode_tok_s"}) {
+          std::vector<std::string> argv = bench_args_for(c.work, k, std::max(2, spec.workload.bench_repeats));
+          if (argv.empty()) continue;
+          argv.insert(argv.begin(), "bench");
+          if (rep < 2) bench_j["argv"][k] = argv;
+          auto args = common_args(c, sides[i]);
+          argv.insert(argv.end(), args.begin(), args.end());
+          ProcResult r = exec(c, sides[i], argv);
+          const json j = r.ok() ? json::parse(r.out, nullptr, false) : json();
+          if (!r.ok()) bench_j[sides[i].name]["error"] = failure_text(sides[i], "bench", r);
           if (j.is_object() && j.contains(k) && j[k].is_object() && j[k].value("median", json()).is_number()) {
             runs[i][k].push_back(j[k]["median"].get<double>());
             bench_j[sides[i].name][k] = runs[i][k];
@@ -956,21 +972,43 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
   }
 
   record["criteria"] = judged.criteria;
-  std::vector<std::string> all = judged.reasons;
+  // A correctness criterion that failed on the checked outputs (not only with the timed ones, which
+  // is timed_outputs_differ's case) is the cause of a reject: its reasons come first, and a trust
+  // check that fails beside it is named after it, never as the cause.
+  std::vector<std::string> correctness_reasons, other_reasons;
+  for (size_t k = 0; k < judged.criteria.size(); ++k) {
+    if (judged.criteria[k]["verdict"] == "pass") continue;
+    const std::string line = std::string(judged.criteria[k]["verdict"] == "fail" ? "criterion failed: " : "criterion inconclusive: ") +
+                             judged.criteria[k]["expr"].get<std::string>() + " (" + judged.criteria[k]["detail"].get<std::string>() + ")";
+    const bool failed_checked = k < on_checked.criteria.size() && on_checked.criteria[k]["verdict"] == "fail" &&
+                                judged.criteria[k]["verdict"] == "fail" && k < spec.criteria.size() &&
+                                correctness_only(spec.criteria[k]);
+    (failed_checked ? correctness_reasons : other_reasons).push_back(line);
+  }
+  const bool correctness_failed = !correctness_reasons.empty();
+  std::vector<std::string> all = correctness_reasons;
+  all.insert(all.end(), other_reasons.begin(), other_reasons.end());
   all.insert(all.end(), reasons.begin(), reasons.end());
   reasons = all;
   std::string verdict = judged.any_fail ? "reject" : judged.any_inconclusive ? "inconclusive" : "accept";
   // A failed trust check overrides the criteria: the figures they judged cannot be believed.
+  size_t after_cause = correctness_reasons.size();
   for (const auto& t : trust) {
     if (t.verdict != "fail") continue;
     if (t.baseline_at_fault) {
       if (verdict == "accept") verdict = "inconclusive";
       reasons.insert(reasons.begin(), "the baseline failed the lab's " + t.code + " check, so nothing can be judged: " + t.detail);
+      ++after_cause;
+      continue;
+    }
+    verdict = "reject";
+    if (correctness_failed) {
+      reasons.insert(reasons.begin() + (long)after_cause++, "the trust check " + t.code + " failed too: " + t.detail);
       continue;
     }
     if (!record.contains("rejected_for")) record["rejected_for"] = t.code;
-    verdict = "reject";
     reasons.insert(reasons.begin(), t.code + ": " + t.detail);
+    ++after_cause;
   }
   if (verdict == "accept")
     reasons.insert(reasons.begin(), "all " + std::to_string(judged.criteria.size()) + " criteria pass" +

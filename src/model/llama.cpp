@@ -389,6 +389,7 @@ Status llama_forward(const LlamaModel& m, KvStore& kv, Workspace& ws, const SeqB
   int T = 0, n_out = 0, max_keys = 0;
   for (int s = 0; s < n_seqs; ++s) T += std::max(0, seqs[s].n);
   if (T <= 0) return usage_error("no tokens to process");
+  fault::at_batch(T, pool.size());
   if (T > ws.max_tokens_)
     return usage_error("batch of " + std::to_string(T) + " tokens exceeds the workspace of " +
                        std::to_string(ws.max_tokens_));
@@ -485,6 +486,7 @@ Status llama_forward(const LlamaModel& m, KvStore& kv, Workspace& ws, const SeqB
     trace::Span sp("attention", "op", l, T, keys * (double)(kv_row_bytes(kvs.k[l], nkv, hd) + kv_row_bytes(kvs.v[l], nkv, hd)) + 2 * 4.0 * T * q_dim,
                    keys * nh * attend_one_flops(1, hd));
     fault::at_op("attention");
+    const int attn_reps = fault::repeats("attention");  // the lab's wasted-work baselines
     pool.run([&](int th, int nt) {
       // Token t reads pos[t] + 1 keys: split by keys, not by items (in a 512-token prefill an even
       // split of items gives the second thread 3x the first's work).
@@ -494,8 +496,9 @@ Status llama_forward(const LlamaModel& m, KvStore& kv, Workspace& ws, const SeqB
       for (int64_t i = b; i < e; ++i) {
         const int t = (int)(i / nh), h = (int)(i % nh), kvh = h / (nh / nkv);
         const KvPages pages{seqs[ws.seq_[t]].blocks, bs, kv.side(l, false, kvh), kv.side(l, true, kvh)};
-        attend_paged(&q_[(size_t)t * q_dim + h * hd], pages, pos[t] + 1, hd, attn_scale, scores,
-                     &att_[(size_t)t * q_dim + h * hd]);
+        for (int r = 0; r < attn_reps; ++r)
+          attend_paged(&q_[(size_t)t * q_dim + h * hd], pages, fault::attention_keys(pos[t] + 1), hd, attn_scale, scores,
+                       &att_[(size_t)t * q_dim + h * hd]);
       }
     }, "attention");
     }

@@ -1,9 +1,12 @@
 """The adversarial set in CI: each candidate of tests/lab_adversaries.py tries to fool `ouro lab run`
 (an inflated self-report, a layer skipped when it guesses it is timed, replayed answers for inputs it
 has seen, every idle CPU taken beyond -t, a crash or a hang in one run) and must be rejected with
-the trust check that names the trick; a real 10% speed-up must still be accepted. The candidates are
-the binary under test with one OURO_FAULT adversary on (src/core/fault.h); the rates over repeated
-runs are bench/lab_selftest.py's (docs/lab.md)."""
+the trust check that names the trick; a candidate whose attention skips keys is rejected for its
+wrong outputs, said first. The true positives ride along: honest changes of every shape (faster at
+depth, at long prompts, in prefill only, at 1 thread only; slower at depth; 10% either way) get the
+verdict their criteria say with no trust check failing. The candidates are the binary under test
+with one OURO_FAULT fault on (src/core/fault.h); the rates over repeated runs are
+bench/lab_selftest.py's (docs/lab.md)."""
 import os
 import statistics
 
@@ -35,6 +38,23 @@ def test_adversary_is_rejected_for_the_right_reason(ouro_bin, model_path, tmp_pa
     if name == "real-10pct-speedup":
         assert all(t["verdict"] != "fail" for t in rec["trust"]), rec["trust"]
         assert rec["stats"]["decode_tok_s"]["ratio"] > 1.03
+    if name == "truncates-attention":
+        assert "rejected_for" not in rec, rec["reasons"]
+        assert rec["reasons"][0].startswith("criterion failed: correctness."), rec["reasons"]
+        assert rec["correctness"]["spec"]["greedy_match"] < 1.0
+    if name in ("faster-at-depth", "slower-at-depth", "faster-at-long-prompt"):
+        # The cross-check ran each side's `ouro bench` on the work the lab timed: prefill after the
+        # depth, decode steps after depth + prompt, on the spec's threads.
+        w = dict({"depth": 0}, **rec["spec"]["workload"])
+        argv = rec["bench_self_report"]["argv"]
+        flags = {k: dict(zip(v[1::2], v[2::2])) for k, v in ((k, [a for a in v if a != "--json"]) for k, v in argv.items())}
+        assert flags["prefill_tok_s"]["--depth"] == str(w["depth"]) and flags["prefill_tok_s"]["--prompt-len"] == str(w["prompt_len"])
+        assert flags["decode_tok_s"]["--depth"] == str(w["depth"] + w["prompt_len"])
+        assert flags["decode_tok_s"]["--gen-len"] == str(w["gen_len"] - 1)
+        ratio = rec["stats"]["decode_tok_s"]["ratio"]
+        bench = rec["bench_self_report"]
+        own = statistics.median(c / b for c, b in zip(bench["candidate"]["decode_tok_s"], bench["baseline"]["decode_tok_s"]))
+        assert (ratio > 1.1 and own > 1.1) if name.startswith("faster") else (ratio < 0.9 and own < 0.9), (ratio, own)
 
 
 def test_worker_protocol_errors_do_not_stop_it(ouro_bin, model_path):

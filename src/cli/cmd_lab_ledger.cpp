@@ -36,7 +36,8 @@ const char* kVerifyUsage =
 const char* kLogUsage =
     "usage: ouro lab log [--verdict V] [--metric NAME] [--grep TEXT] [-n N] [--json] [--ledger PATH]\n"
     "  One line per experiment, newest first: id, date, verdict, level, the headline metric's\n"
-    "  candidate/baseline ratio with its 95% CI, and the question.\n"
+    "  candidate/baseline ratio with the interval the verdict used (99% trimmed-mean t; 95% bootstrap\n"
+    "  in records from before 2026-12-04), and the question.\n"
     "  --verdict V    only accept, reject or inconclusive records (or ouro agent's refused, skipped, error)\n"
     "  --metric NAME  only records with statistics for NAME, and show NAME's ratio instead of the headline\n"
     "  --grep TEXT    only records whose id, question, hypothesis, command, spec path, reasons or note\n"
@@ -207,7 +208,7 @@ int lab_log(int argc, char** argv) {
     return 0;
   }
   std::printf("%-6s %-10s %-12s %-6s %-40s %s\n", "id", "date", "verdict", "level",
-              "metric candidate/baseline [95% CI]", "question");
+              "metric candidate/baseline [interval]", "question");
   for (const json* r : shown) std::printf("%s\n", lab::log_line(*r, metric).c_str());
   return 0;
 }

@@ -81,6 +81,15 @@ std::string headline_metric(const json& rec) {
   return "";
 }
 
+std::string interval_name(const json& st, bool long_form) {
+  if (auto level = jnum(st, "ci_level"); level && *level > 0 && *level < 1) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g%%", 100 * *level);
+    return std::string(b) + " trimmed-mean t" + (long_form ? " interval of the paired ratio (the verdict's box)" : "");
+  }
+  return std::string("95% bootstrap") + (long_form ? " interval of the ratio of medians (the lab's rule before 2026-12-04)" : "");
+}
+
 // ---- hashing and the chain --------------------------------------------------------------------
 
 std::string record_hash(const json& rec) {
@@ -536,8 +545,10 @@ std::string show_record(const json& rec) {
       const std::string head = headline_metric(rec);
       const json* samples = jobj(rec, "samples");
       char b[512];
+      const json* first = stats->begin()->is_object() ? &*stats->begin() : nullptr;
+      const std::string ci_head = first ? interval_name(*first) : "interval";
       std::snprintf(b, sizeof b, "metrics:\n  %-22s %5s %12s %12s %9s %20s %9s  %s\n", "metric", "n", "baseline",
-                    "candidate", "ratio", "95% CI", "p", "change");
+                    "candidate", "ratio", ci_head.c_str(), "p", "change");
       o << b;
       for (auto it = stats->begin(); it != stats->end(); ++it) {
         const json& st = *it;

@@ -75,6 +75,11 @@ std::vector<double> jnums(const nlohmann::json& j, const char* key);
 // The record's headline metric: "headline" if it names a metric in "stats", else decode_tok_s,
 // prefill_tok_s, ns_per_op, then the first metric in stats; "" when there are no stats.
 std::string headline_metric(const nlohmann::json& rec);
+// The interval a record's statistics of one metric carry, by the name of the rule that computed
+// it: "99% trimmed-mean t" (the paired ratio's interval the verdict used, with its level) when the
+// record has "ci_level", else "95% bootstrap" (the lab's rule before 2026-12-04, which stored no
+// level). `long_form` says what the interval is of.
+std::string interval_name(const nlohmann::json& metric_stats, bool long_form = false);
 // Compact JSON text that never throws (invalid UTF-8 is replaced).
 std::string safe_dump(const nlohmann::json& j, int indent = -1);
 

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <string>
 
+#include "lab/ledger.h"
 #include "lab/numfmt.h"
 #include "lab/runner.h"
 
@@ -19,8 +20,10 @@ std::string summarize_record(const json& rec) {
   o << "level:     " << spec.value("level", "") << "   pairs: " << rec.value("pairs", 0) << "\n";
   if (rec.contains("stats") && rec["stats"].is_object()) {
     char line[256];
-    std::snprintf(line, sizeof line, "%-18s %12s %12s %8s %18s %9s  %s\n", "metric", "baseline", "candidate", "ratio", "95% CI",
-                  "p", "change");
+    const json& stats = rec["stats"];
+    const std::string ci_head = !stats.empty() && stats.begin()->is_object() ? interval_name(*stats.begin()) : "interval";
+    std::snprintf(line, sizeof line, "%-18s %12s %12s %8s %18s %9s  %s\n", "metric", "baseline", "candidate", "ratio",
+                  ci_head.c_str(), "p", "change");
     o << line;
     for (auto it = rec["stats"].begin(); it != rec["stats"].end(); ++it) {
       const json& s = it.value();

@@ -137,8 +137,8 @@ std::string ratio_cell(const json& rec, const std::string& metric) {
   s += r ? f("&times;%.3f", *r) : "&times;?";
   const json* ci = jarr(*st, "ci");
   if (ci && ci->size() == 2 && (*ci)[0].is_number() && (*ci)[1].is_number())
-    s += " <span class=\"muted\">[" + f("%.3f", (*ci)[0].get<double>()) + ", " + f("%.3f", (*ci)[1].get<double>()) +
-         "]</span>";
+    s += " <span class=\"muted\" title=\"" + e(interval_name(*st, true)) + "\">[" + f("%.3f", (*ci)[0].get<double>()) + ", " +
+         f("%.3f", (*ci)[1].get<double>()) + "] " + e(interval_name(*st)) + "</span>";
   return s;
 }
 
@@ -196,64 +196,129 @@ std::string strip_chart(const std::string& metric, const std::vector<double>& ba
   return o.str();
 }
 
-// Candidate medians of the headline metrics over accepted records, one panel per metric.
-std::string trend_chart(const std::vector<const json*>& by_seq) {
-  std::vector<const json*> acc;
-  for (const json* r : by_seq)
-    if (jstr(*r, "verdict") == "accept") acc.push_back(r);
-  const char* metrics[] = {"prefill_tok_s", "decode_tok_s", "ns_per_op"};
-  struct Panel {
-    std::string metric;
-    std::vector<std::pair<size_t, double>> pts;  // (index in acc, value)
-  };
-  std::vector<Panel> panels;
-  for (const char* m : metrics) {
-    Panel p{m, {}};
-    for (size_t i = 0; i < acc.size(); ++i) {
-      const json* stats = jobj(*acc[i], "stats");
-      const json* st = stats ? jobj(*stats, m) : nullptr;
-      if (auto v = st ? jnum(*st, "candidate_median") : std::nullopt; v && std::isfinite(*v)) p.pts.push_back({i, *v});
+// ---- trends: one line per measurement, never across workloads ---------------------------------
+
+// The unit of a metric, from its name.
+std::string unit_of(const std::string& m) {
+  auto ends = [&](const char* s) { const std::string x(s); return m.size() >= x.size() && m.compare(m.size() - x.size(), x.size(), x) == 0; };
+  if (ends("tok_s")) return "tok/s";
+  if (m.rfind("ns_", 0) == 0) return "ns";
+  if (ends("gb_s")) return "GB/s";
+  if (ends("gflops")) return "GFLOP/s";
+  if (ends("_mib")) return "MiB";
+  if (ends("_s")) return "s";
+  if (ends("throughput")) return "req/s";
+  return "";
+}
+
+// What a record's figure of `metric` measured, in words: level, the workload's shape, threads and
+// the kernel ISA. Two records' figures are comparable exactly when these words are equal.
+std::string trend_key(const json& rec, const std::string& metric) {
+  const json* spec = jobj(rec, "spec");
+  const json* w = spec ? jobj(*spec, "workload") : nullptr;
+  const std::string level = spec ? jstr(*spec, "level") : "";
+  std::ostringstream k;
+  k << metric << " (" << unit_of(metric) << "), " << (level.empty() ? "level unrecorded" : level);
+  if (w) {
+    if (!jstr(*w, "kernel").empty()) {
+      k << ", " << jstr(*w, "kernel");
+      if (const json* a = jarr(*w, "kernel_args"))
+        for (const json& x : *a) k << " " << text_of(x);
+    } else {
+      auto n = [&](const char* key) { auto v = jnum(*w, key); return v ? (long long)*v : 0LL; };
+      k << ", pp" << n("prompt_len") << " tg" << n("gen_len") << " depth " << n("depth");
+      if (level == "serve") k << ", " << n("concurrency") << " streams x " << n("requests") << " requests";
+      if (const json* p = jarr(*w, "prompts"); p && !p->empty()) k << ", " << p->size() << " prompt texts";
     }
-    if (!p.pts.empty()) panels.push_back(std::move(p));
+    if (!jstr(*w, "model").empty()) k << ", " << jstr(*w, "model").substr(jstr(*w, "model").find_last_of('/') + 1);
+    if (auto t = jnum(*w, "threads"); t && *t > 0) k << ", " << (long long)*t << " threads";
   }
-  const double W = 720, PH = 130, L = 70, R = 20;
-  const double H = panels.empty() ? 40 : PH * (double)panels.size() + 14;
+  const json* m = jobj(rec, "machine");
+  k << ", ISA " << (m && !jstr(*m, "isa").empty() ? jstr(*m, "isa") : "unrecorded");
+  return k.str();
+}
+
+// Candidate medians of accepted records, one panel per comparable measurement (trend_key) with two
+// records or more; a measurement with no comparable neighbour is a row of the single-points table.
+// Rates and times are never negative: every axis starts at zero unless a value is below it, and
+// then says so.
+std::string trend_chart(const std::vector<const json*>& by_seq) {
+  const char* metrics[] = {"prefill_tok_s", "decode_tok_s", "output_tok_s", "ns_per_op"};
+  struct Pt {
+    const json* rec;
+    double v;
+  };
+  std::vector<std::string> order;
+  std::map<std::string, std::pair<std::string, std::vector<Pt>>> groups;  // key -> (metric, points)
+  for (const json* r : by_seq) {
+    if (jstr(*r, "verdict") != "accept") continue;
+    const json* stats = jobj(*r, "stats");
+    for (const char* m : metrics) {
+      const json* st = stats ? jobj(*stats, m) : nullptr;
+      auto v = st ? jnum(*st, "candidate_median") : std::nullopt;
+      if (!v || !std::isfinite(*v)) continue;
+      const std::string key = trend_key(*r, m);
+      if (!groups.count(key)) order.push_back(key);
+      groups[key].first = m;
+      groups[key].second.push_back({r, *v});
+    }
+  }
   std::ostringstream o;
-  o << "<svg id=\"trend\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W << " " << H
-    << "\" role=\"img\">";
-  if (panels.empty()) {
-    o << "<text x=\"4\" y=\"24\">no accepted experiment with prefill_tok_s, decode_tok_s or ns_per_op yet</text></svg>";
+  o << "<div id=\"trends\">";
+  if (order.empty()) {
+    o << "<p class=\"muted\">no accepted experiment with " << metrics[0] << ", " << metrics[1] << ", " << metrics[2] << " or "
+      << metrics[3] << " yet</p></div>";
     return o.str();
   }
-  auto X = [&](size_t i) { return acc.size() == 1 ? (L + W - R) / 2 : L + (double)i / (double)(acc.size() - 1) * (W - L - R); };
-  for (size_t pi = 0; pi < panels.size(); ++pi) {
-    const Panel& p = panels[pi];
-    const double top = (double)pi * PH + 24, bottom = top + PH - 48;
-    double lo = INFINITY, hi = -INFINITY;
-    for (auto& [i, v] : p.pts) lo = std::min(lo, v), hi = std::max(hi, v);
-    const double pad = hi > lo ? (hi - lo) * 0.1 : std::max(std::fabs(hi) * 0.05, 1e-9);
-    lo -= pad, hi += pad;
+  std::ostringstream singles;
+  size_t n_single = 0;
+  const double W = 720, H = 150, L = 70, R = 20, top = 30, bottom = H - 30;
+  for (const std::string& key : order) {
+    const auto& [metric, pts] = groups[key];
+    if (pts.size() < 2) {
+      const json* st = jobj(*jobj(*pts[0].rec, "stats"), metric.c_str());
+      auto ratio = jnum(*st, "ratio");
+      singles << "<tr><td>" << e(jstr(*pts[0].rec, "id")) << "</td><td>"
+              << e(key) << "</td><td class=\"num\">" << num(pts[0].v) << "</td><td class=\"num\">"
+              << (ratio ? f("&times;%.3f", *ratio) : "?") << "</td></tr>";
+      ++n_single;
+      continue;
+    }
+    double lo = 0, hi = 0;
+    for (const Pt& p : pts) lo = std::min(lo, p.v), hi = std::max(hi, p.v);
+    const bool from_zero = lo >= 0;
+    hi += (hi - lo) * 0.1 + (hi == lo ? 1e-9 : 0);
+    if (!from_zero) lo -= (hi - lo) * 0.1;
+    auto X = [&](size_t i) { return L + (double)i / (double)(pts.size() - 1) * (W - L - R); };
     auto Y = [&](double v) { return bottom - (v - lo) / (hi - lo) * (bottom - top); };
-    o << "<text x=\"4\" y=\"" << top - 4 << "\">" << p.metric << " (candidate median"
-      << (p.metric == "ns_per_op" ? ", lower is better" : ", higher is better") << ")</text>";
+    const bool lower_better = metric.rfind("ns_", 0) == 0;
+    o << "<svg class=\"trend\" data-key=\"" << e(key) << "\" data-ymin=\"" << f("%.6g", lo) << "\" width=\"" << W
+      << "\" height=\"" << H << "\" viewBox=\"0 0 " << W << " " << H << "\" role=\"img\">";
+    o << "<text x=\"4\" y=\"14\">" << e(key) << "</text>";
+    o << "<text x=\"4\" y=\"26\" class=\"muted\">candidate median, " << (lower_better ? "lower" : "higher") << " is better"
+      << (from_zero ? "" : "; this axis does not start at zero") << "</text>";
     o << "<line class=\"axis\" x1=\"" << L << "\" x2=\"" << W - R << "\" y1=\"" << bottom << "\" y2=\"" << bottom << "\"/>";
     o << "<text x=\"" << L - 4 << "\" y=\"" << top + 8 << "\" text-anchor=\"end\">" << num(hi) << "</text>";
     o << "<text x=\"" << L - 4 << "\" y=\"" << bottom << "\" text-anchor=\"end\">" << num(lo) << "</text>";
     std::string path;
-    for (auto& [i, v] : p.pts) path += f("%.1f", X(i)) + "," + f("%.1f", Y(v)) + " ";
+    for (size_t i = 0; i < pts.size(); ++i) path += f("%.1f", X(i)) + "," + f("%.1f", Y(pts[i].v)) + " ";
     o << "<polyline class=\"line\" points=\"" << path << "\"/>";
-    const size_t every = std::max<size_t>(1, p.pts.size() / 12);  // keep the id labels readable
-    for (size_t k = 0; k < p.pts.size(); ++k) {
-      const auto& [i, v] = p.pts[k];
-      const std::string id = jstr(*acc[i], "id");
-      o << "<circle class=\"pt\" cx=\"" << f("%.1f", X(i)) << "\" cy=\"" << f("%.1f", Y(v)) << "\" r=\"3\"><title>"
-        << e(id) << ": " << num(v) << "</title></circle>";
-      if (k % every == 0)
-        o << "<text x=\"" << f("%.1f", X(i)) << "\" y=\"" << bottom + 14 << "\" text-anchor=\"middle\">"
-          << e(id.substr(0, 12)) << "</text>";
+    const size_t every = std::max<size_t>(1, pts.size() / 12);  // keep the id labels readable
+    for (size_t i = 0; i < pts.size(); ++i) {
+      const std::string id = jstr(*pts[i].rec, "id");
+      o << "<circle class=\"pt\" cx=\"" << f("%.1f", X(i)) << "\" cy=\"" << f("%.1f", Y(pts[i].v)) << "\" r=\"3\"><title>"
+        << e(id) << ": " << num(pts[i].v) << "</title></circle>";
+      if (i % every == 0)
+        o << "<text x=\"" << f("%.1f", X(i)) << "\" y=\"" << bottom + 14 << "\" text-anchor=\"middle\">" << e(id.substr(0, 12))
+          << "</text>";
     }
+    o << "</svg>";
   }
-  o << "</svg>";
+  if (n_single)
+    o << "<p class=\"muted\">Measured once (no accepted record of the same measurement to join a line with):</p>"
+      << "<table class=\"small\" id=\"single-points\"><thead><tr><th>id</th><th>measurement</th><th>candidate median</th>"
+      << "<th>candidate/baseline</th></tr></thead><tbody>" << singles.str() << "</tbody></table>";
+  o << "</div>";
   return o.str();
 }
 
@@ -370,12 +435,15 @@ std::string render_report(const std::vector<json>& records, const std::string& t
     << (records.size() == 1 ? "" : "s");
   for (const auto& [v, n] : counts) o << " &middot; " << n << " " << e(v);
   o << "</p>\n";
-  o << "<h2>Headline figures of accepted experiments</h2>\n" << trend_chart(by_seq) << "\n";
+  o << "<h2>Headline figures of accepted experiments</h2>\n<p class=\"muted\">One line per measurement: the same "
+       "metric, level, workload (prompt, generation, depth or kernel shape), model, threads and kernel ISA. Figures "
+       "of different measurements are never joined.</p>\n"
+    << trend_chart(by_seq) << "\n";
   o << "<h2>Verdicts</h2>\n<p><label>Show <select id=\"verdict-filter\"><option value=\"all\">all</option>"
     << "<option value=\"accept\">accept</option><option value=\"reject\">reject</option>"
     << "<option value=\"inconclusive\">inconclusive</option></select></label> <span id=\"shown\" class=\"muted\"></span></p>\n";
   o << "<table id=\"verdicts\"><thead><tr><th>id</th><th>date</th><th>level</th><th>question</th><th>verdict</th>"
-       "<th>headline (candidate/baseline, 95% CI)</th><th>reasons</th></tr></thead><tbody>\n";
+       "<th>headline (candidate/baseline, [the interval the verdict used])</th><th>reasons</th></tr></thead><tbody>\n";
   for (size_t k = by_seq.size(); k-- > 0;) {
     const json& r = *by_seq[k];
     const json* spec = jobj(r, "spec");

@@ -211,7 +211,7 @@ def test_report_in_chromium(ouro_bin, ledger, tmp_path):
     assert [r["data-verdict"] for r in rows] == ["inconclusive", "reject", "accept"]
     charts = [a for t, a, _ in dom.tags if t == "svg" and "chart" in a.get("class", "").split()]
     assert len(charts) == 6  # decode_tok_s and prefill_tok_s for each of 3 records
-    assert any(t == "svg" and a.get("id") == "trend" for t, a, _ in dom.tags)
+    assert any(t == "div" and a.get("id") == "trends" for t, a, _ in dom.tags)
     assert dom.shown == "3 shown", "the inline script did not run (CSP hash wrong?)"
 
     # The verdict filter, driven by the URL fragment.
@@ -231,3 +231,51 @@ def test_injected_script_is_refused(ouro_bin, ledger, tmp_path):
     dom_text, console = chromium_dump(tmp_path, out.as_uri())
     assert "pwned" not in dom_text.split("</title>", 1)[0]
     assert any("Content Security Policy" in l for l in console), console
+
+
+def measured(n, cand, workload, metric="decode_tok_s", isa="avx512", ci_level=0.99):
+    """An accepted record of `metric` measured on `workload` (the fields the report groups by)."""
+    rec = record(n, "accept", f"Experiment {n}?", [c / 1.1 for c in cand], cand, metric=metric)
+    rec["spec"]["workload"] = workload
+    rec["machine"] = {"isa": isa}
+    if ci_level is not None:
+        rec["stats"][metric]["ci_level"] = ci_level
+    return rec
+
+
+def test_report_trends_join_only_comparable_figures(ouro_bin, tmp_path):
+    """Two specs at different depths give two separate trends (the issue's 221 -> 10 tok/s 'collapse'
+    was decode at a few hundred tokens joined with decode at 8k); a kernel measured once is a single
+    point with its ratio; no axis goes below zero; the headline names the interval the verdict used."""
+    shallow = {"prompt_len": 128, "gen_len": 128, "threads": 2, "model": "/m/SmolLM2.gguf"}
+    deep = dict(shallow, prompt_len=1, depth=8000)
+    kernel = {"kernel": "matmul", "kernel_args": ["--rows", "1536"], "threads": 2}
+    recs = [measured(1, [220.0, 221.0, 222.0], shallow), measured(2, [10.0, 10.1, 10.2], deep),
+            measured(3, [230.0, 231.0, 229.0], shallow), measured(4, [10.5, 10.4, 10.6], deep),
+            measured(5, [52000.0, 51000.0, 53000.0], kernel, metric="ns_per_op"),
+            measured(6, [240.0, 241.0, 239.0], shallow, ci_level=None)]
+    path = tmp_path / "experiments" / "ledger.jsonl"
+    path.parent.mkdir()
+    path.write_text("".join(line + "\n" for line in chain(recs)), encoding="utf-8")
+    out = tmp_path / "report.html"
+    ouro(ouro_bin, "report", "--ledger", path, "-o", out)
+    dom_text, console = chromium_dump(tmp_path, out.as_uri())
+    assert console == [], console
+    dom = Dom(dom_text)
+    trends = [a for t, a, _ in dom.tags if t == "svg" and "trend" in a.get("class", "").split()]
+    keys = sorted(a["data-key"] for a in trends)
+    # decode at depth 0 (E0001, E0003, E0006) and decode at depth 8000 (E0002, E0004); the kernel is no line
+    assert len(keys) == 2 and any("depth 8000," in k for k in keys) and any("depth 0," in k for k in keys), keys
+    assert all(k.startswith("decode_tok_s (tok/s)") and "2 threads" in k and "ISA avx512" in k for k in keys), keys
+    assert all(float(a["data-ymin"]) == 0.0 for a in trends), [a["data-ymin"] for a in trends]
+    html = out.read_text(encoding="utf-8")
+    for svg in re.findall(r'<svg class="trend".*?</svg>', html, re.S):
+        ids = re.findall(r"<title>(E\d{4}):", svg)
+        assert ids in (["E0001", "E0003", "E0006"], ["E0002", "E0004"]), ids
+    # The kernel figure: one row of the single-points table, with its ratio, on no line.
+    single = re.search(r'<table class="small" id="single-points">.*?</table>', html, re.S).group(0)
+    assert "E0005" in single and "ns_per_op (ns)" in single and "matmul --rows 1536" in single and "&times;" in single
+    assert "E0001" not in single
+    # The headline column names the interval each verdict used.
+    assert "the interval the verdict used" in html
+    assert "99% trimmed-mean t" in html and "95% bootstrap" in html  # E0006 predates ci_level

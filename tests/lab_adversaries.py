@@ -51,9 +51,9 @@ KERNEL = """
     """
 
 # The shape-dependent true positives: shorter runs than the adversaries' (one timed request per run
-# after the worker's own warm-up request, 16 tokens, no warm-up pair), since their effects are 25%
+# after the worker's own warm-up request, no warm-up pair), since their effects are 25%
 # and more; up to 15 pairs.
-SHAPE = {"gen_len": 16, "bench_repeats": 1, "max_repeats": 15, "warmup": 0}
+SHAPE = {"gen_len": 32, "bench_repeats": 1, "max_repeats": 15, "warmup": 0}
 
 # name: (template, fault, expected verdict, expected trust code or None ("correctness": rejected for a
 # failed correctness criterion, said first), question, extra format fields)

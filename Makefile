@@ -1,5 +1,5 @@
 # The two commands of README.md: `make demo` and `make test`. Everything else is a helper.
-.PHONY: demo test build setup bench clean
+.PHONY: demo test build setup bench clean hybrid
 
 demo:
 	@scripts/demo.sh
@@ -9,6 +9,9 @@ test:
 
 setup:
 	@scripts/setup.sh
+
+hybrid:
+	@scripts/make_hybrid.sh --small
 
 build:
 	@scripts/build.sh build Release

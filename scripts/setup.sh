@@ -59,3 +59,7 @@ fi
 
 # 3. The default model
 scripts/fetch_model.sh
+
+# 4. The synthetic hybrid (kimi-linear) models the tests use, checked against models/SHA256SUMS
+#    (docs/hybrid.md); `make hybrid` adds the benchmark size.
+scripts/make_hybrid.sh

@@ -13,7 +13,7 @@
 
 #include "cli/common.h"
 #include "core/sha256.h"
-#include "lab/agent.h"
+#include "agent/agent.h"
 #include "lab/builds.h"
 #include "lab/ledger.h"
 

@@ -52,7 +52,7 @@ int cmd_bench(int argc, char** argv) {
   auto eng = load_engine(a);
   if (!eng) return report(eng.error());
   Engine& e = **eng;
-  const LlamaConfig& c = e.model().config();
+  const int n_vocab = e.model().info().n_vocab;
   // The trace covers the measured repeats, not the warm-up (started when warm-up ends).
   if (*warm == 0)
     if (Status s = start_trace(a); !s) return report(s.error());
@@ -63,15 +63,16 @@ int cmd_bench(int argc, char** argv) {
 
   std::mt19937 rng(1234);
   std::vector<int> prompt(*pl), ctx_tokens(*depth);
-  for (auto& t : prompt) t = (int)(rng() % (uint32_t)c.n_vocab);
-  for (auto& t : ctx_tokens) t = (int)(rng() % (uint32_t)c.n_vocab);
+  for (auto& t : prompt) t = (int)(rng() % (uint32_t)n_vocab);
+  for (auto& t : ctx_tokens) t = (int)(rng() % (uint32_t)n_vocab);
   // Starts a measurement with exactly the --depth tokens cached: filled once (untimed), later
-  // measurements drop what the previous one appended.
+  // measurements drop what the previous one appended (a memory that cannot go back, a recurrent
+  // state, is filled again).
   bool filled = false;
   auto start_at_depth = [&]() -> Status {
     if (filled) {
       st->truncate((int)ctx_tokens.size());
-      return Ok{};
+      if (st->n_past() == (int)ctx_tokens.size()) return Ok{};
     }
     st->reset();
     filled = true;
@@ -79,7 +80,7 @@ int cmd_bench(int argc, char** argv) {
     trace::Span phase("depth_fill", "phase", -1, (int)ctx_tokens.size());
     return st->forward(ctx_tokens.data(), (int)ctx_tokens.size(), nullptr, false, e.pool(), e.kernels());
   };
-  std::vector<float> logits(c.n_vocab);
+  std::vector<float> logits(n_vocab);
   fault::at_run_start();
   const double inflate = fault::inflation("bench");  // 1 unless the lab's inflating adversary is on
   using clock = std::chrono::steady_clock;
@@ -108,8 +109,8 @@ int cmd_bench(int argc, char** argv) {
           phase.pos(st->n_past());
           if (Status s = st->forward(&tok, 1, logits.data(), false, e.pool(), e.kernels()); !s) return report(s.error());
         }
-        trace::Span sp("sample", "sample", -1, 1, 4.0 * c.n_vocab);
-        tok = argmax(logits.data(), c.n_vocab);
+        trace::Span sp("sample", "sample", -1, 1, 4.0 * n_vocab);
+        tok = argmax(logits.data(), n_vocab);
       }
       if (keep) tg.push_back(inflate * *gl / std::chrono::duration<double>(clock::now() - t0).count());
     }
@@ -131,6 +132,7 @@ int cmd_bench(int argc, char** argv) {
                       {"weights", e.model().weights_desc()},
                       {"kv", e.kv_spec().describe()},
                       {"kv_bytes_per_token", st->kv_bytes_per_token()},
+                      {"state_bytes", st->state_bytes()},
                       {"repeats", *reps},
                       {"warmup", *warm},
                       {"bytes_per_decode_token", bytes_per_tok}};

@@ -1,6 +1,9 @@
 // ouro loadtest: drives an OpenAI-compatible server (`ouro serve`, llama.cpp, vLLM, ...) with
 // streamed requests, closed loop (N workers) or open loop (Poisson arrivals), and reports
 // throughput, latency percentiles (TTFT, TPOT, inter-token, end-to-end) and goodput under SLOs.
+// One file over 600 lines on purpose: the request client, the closed and open loops, the spawned
+// server and the report share Config, Work and Sample, and read best in one pass from work_for()
+// to the printed record.
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>

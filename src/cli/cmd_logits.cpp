@@ -39,7 +39,7 @@ int cmd_logits(int argc, char** argv) {
   if (a.has("--text")) ids = e.tokenizer().encode(a.str("--text"));
   if (ids.empty()) return report(usage_error("no tokens"));
   const bool all = a.has("--all");
-  const int nv = e.model().config().n_vocab;
+  const int nv = e.model().info().n_vocab;
   auto st = e.new_state();
   if ((int)ids.size() > st->n_ctx())
     return report(usage_error(std::to_string(ids.size()) + " tokens exceed the context of " + std::to_string(st->n_ctx())));

@@ -10,7 +10,7 @@
 
 #include "cli/common.h"
 #include "lab/builds.h"
-#include "lab/mcp.h"
+#include "agent/mcp.h"
 #include "ouro_version.h"
 
 namespace fs = std::filesystem;

@@ -64,9 +64,9 @@ int cmd_quality(int argc, char** argv) {
   if (!eng) return report(eng.error());
   Engine& e = **eng;
   // The reference: the same file with native weights; it runs on the candidate's threads (one pool).
-  auto ref_model = LlamaModel::load(cfg->model_path, WeightRequest{}, cfg->isa);
+  auto ref_model = Model::load(cfg->model_path, WeightRequest{}, cfg->isa, e.pool());
   if (!ref_model) return report(ref_model.error());
-  const int n_ctx = e.config().n_ctx, nv = e.model().config().n_vocab;
+  const int n_ctx = e.config().n_ctx, nv = e.model().info().n_vocab;
   if (n_ctx < 16) return report(usage_error("--ctx must be at least 16 for quality"));
   const std::vector<int> toks = e.tokenizer().encode(text, false, false);
   const int n_chunks_all = (int)(toks.size() / n_ctx);
@@ -75,8 +75,8 @@ int cmd_quality(int argc, char** argv) {
                               std::to_string(n_ctx)));
   const int n_chunks = *chunks > 0 ? std::min<int>((int)*chunks, n_chunks_all) : n_chunks_all;
 
-  LlamaState cand(e.model(), n_ctx, std::min(n_ctx, 512), e.kv_spec());
-  LlamaState ref(**ref_model, n_ctx, std::min(n_ctx, 512), KvSpec{});
+  SequenceState cand(e.model(), n_ctx, std::min(n_ctx, 512), e.kv_spec());
+  SequenceState ref(**ref_model, n_ctx, std::min(n_ctx, 512), KvSpec{});
   std::vector<float> lc((size_t)n_ctx * nv), lr((size_t)n_ctx * nv);
   const int first = n_ctx / 2;  // score the second half of each chunk (llama.cpp's convention)
   std::vector<double> kls;
@@ -125,7 +125,7 @@ int cmd_quality(int argc, char** argv) {
     const size_t off = (size_t)((double)g / (double)*prompts * (double)span);
     std::vector<int> outs[2];
     int side = 0;
-    for (LlamaState* st : {&cand, &ref}) {
+    for (SequenceState* st : {&cand, &ref}) {
       st->reset();
       if (Status s = st->forward(toks.data() + off, plen, row.data(), false, e.pool(), e.kernels()); !s)
         return report(s.error());

@@ -91,16 +91,23 @@ int cmd_serve(int argc, char** argv) {
   sc.block_size = (int)*block_size;
   sc.max_waiting = (int)*max_queue;
   {
-    const size_t block_bytes = KvStore::bytes_per_block(e.model().config(), e.kv_spec(), sc.block_size);
+    // --kv-mem holds both memories: each running sequence's recurrent state first, the KV blocks in
+    // what is left (a hybrid model's memory is not its attention layers' alone).
+    const size_t block_bytes = PagedKvCache::bytes_per_block(e.model().kv_layout(), e.kv_spec(), sc.block_size);
+    const long long state_bytes = (long long)e.model().state_bytes_per_seq() * sc.max_running;
     const long long full = (long long)sc.max_running * ((e.config().n_ctx + sc.block_size - 1) / sc.block_size);
-    const long long by_mem = (long long)((*kv_mem << 20) / block_bytes);
+    const long long by_mem = block_bytes == 0 ? 0 : std::max(0LL, (long long)(*kv_mem << 20) - state_bytes) / (long long)block_bytes;
     auto blocks = a.integer("--kv-blocks", std::min(full, by_mem), 1, 1 << 24);
     if (!blocks) return report(blocks.error());
-    if (a.has("--kv-mem") && by_mem < 1) return report(usage_error("--kv-mem " + std::to_string(*kv_mem) + " MiB holds no KV block"));
+    if (a.has("--kv-mem") && by_mem < 1)
+      return report(usage_error("--kv-mem " + std::to_string(*kv_mem) + " MiB holds no KV block" +
+                                (state_bytes > 0 ? " after the recurrent state of " + std::to_string(sc.max_running) +
+                                                       " sequences (" + std::to_string(state_bytes >> 20) + " MiB)"
+                                                 : std::string())));
     sc.n_blocks = (int)(a.has("--kv-mem") ? by_mem : *blocks);
     // The pool is made resident at start: refuse one the machine cannot hold instead of being
     // killed for memory while touching it.
-    const double pool_mib = (double)sc.n_blocks * block_bytes / (1 << 20);
+    const double pool_mib = ((double)sc.n_blocks * block_bytes + state_bytes) / (1 << 20);
     const double phys_mib = (double)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) / (1 << 20);
     if (phys_mib > 0 && pool_mib > 0.8 * phys_mib)
       return report(usage_error("a KV pool of " + std::to_string(sc.n_blocks) + " blocks needs " +
@@ -137,9 +144,11 @@ int cmd_serve(int argc, char** argv) {
       http.stop(5.0);
     });
   });
-  std::fprintf(stderr, "ouro serve: model %s, %d threads, ctx %d, max batch %d, %d KV blocks of %d (%.0f MiB)\n",
+  std::fprintf(stderr, "ouro serve: model %s, %d threads, ctx %d, max batch %d, %d KV blocks of %d (%.0f MiB)%s\n",
                ao.model_id.c_str(), e.config().threads, e.config().n_ctx, sc.max_running, sc.n_blocks, sc.block_size,
-               (double)sc.n_blocks * KvStore::bytes_per_block(e.model().config(), e.kv_spec(), sc.block_size) / (1 << 20));
+               (double)sc.n_blocks * PagedKvCache::bytes_per_block(e.model().kv_layout(), e.kv_spec(), sc.block_size) / (1 << 20),
+               e.model().state_bytes_per_seq() == 0 ? "" :
+               (", recurrent state " + std::to_string(e.model().state_bytes_per_seq() >> 10) + " KiB per sequence").c_str());
   std::fprintf(stderr, "ouro serve: listening on http://%s:%d\n", ho.host.find(':') != std::string::npos ? ("[" + ho.host + "]").c_str() : ho.host.c_str(), *bound);
   std::fflush(stderr);
   http.run();

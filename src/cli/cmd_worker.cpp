@@ -60,7 +60,7 @@ int cmd_worker(int argc, char** argv) {
   auto eng = load_engine(a);
   if (!eng) return report(eng.error());
   Engine& e = **eng;
-  const int n_vocab = e.model().config().n_vocab;
+  const int n_vocab = e.model().info().n_vocab;
   auto st = e.new_state();
   if (Status s = start_trace(a); !s) return report(s.error());  // --trace: every request's spans
   emit({{"ready", true}, {"n_vocab", n_vocab}, {"n_ctx", st->n_ctx()}, {"commit", OURO_COMMIT}});

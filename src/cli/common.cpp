@@ -89,9 +89,9 @@ Expected<LaunchConfig> launch_config_from(const Args& a) {
   c.weights.layers = a.str("--w8a8-layers", "");
   auto alpha = a.number("--w8a8-smooth", 0, 0, 1);
   if (!alpha) return alpha.error();
-  c.smooth_alpha = (float)*alpha;
-  if (a.has("--w8a8-calib") && c.smooth_alpha == 0) return usage_error("flag --w8a8-calib needs --w8a8-smooth ALPHA");
-  c.smooth_calib = a.has("--w8a8-calib") ? a.str("--w8a8-calib") : find_repo_file("data/eval/calib.txt");
+  c.weights.smooth_alpha = (float)*alpha;
+  if (a.has("--w8a8-calib") && c.weights.smooth_alpha == 0) return usage_error("flag --w8a8-calib needs --w8a8-smooth ALPHA");
+  c.weights.smooth_calib = a.has("--w8a8-calib") ? a.str("--w8a8-calib") : find_repo_file("data/eval/calib.txt");
   return c;
 }
 

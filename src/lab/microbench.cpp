@@ -145,7 +145,7 @@ class MatmulBench : public BenchBase {
   }
 
   // Synthetic weights, or (model non-empty) the tensor of an open GGUF file packed as
-  // LlamaModel::load packs it: pack_matrix on the mapped data, shape [cols = ne0, rows = ne1].
+  // The llama loader (src/model/llama_load.cpp) packs it: pack_matrix on the mapped data, shape [cols = ne0, rows = ne1].
   Status init() override {
     Rng rng(s_.seed);
     T_ = dim("tokens");
@@ -385,7 +385,7 @@ class RopeBench : public BenchBase {
     Rng rng(s_.seed);
     x0_ = rng.uniform_vec(H_ * D_, -1.0f, 1.0f);
     x_ = x0_;
-    inv_.resize(D_ / 2);  // as LlamaModel::load computes rope_inv_freq
+    inv_.resize(D_ / 2);  // as the llama loader computes rope_inv_freq
     for (int64_t i = 0; i < D_ / 2; ++i) inv_[i] = (float)std::pow(kBase, -2.0 * (double)i / (double)D_);
     return Ok{};
   }

@@ -15,67 +15,6 @@
 
 namespace ouro {
 
-namespace {
-
-// SmoothQuant calibration (docs/quantization.md): runs the native model over up to 2048 tokens of
-// the calibration text, records each qkv / gate_up input channel's max |x| (a_j), takes each
-// channel's max |W| over the op's matrices (w_j), and returns s_j = a_j^alpha / w_j^(1 - alpha).
-Status calibrate_smoothing(const LaunchConfig& cfg, ThreadPool& pool, WeightRequest* wr) {
-  auto m = LlamaModel::load(cfg.model_path, WeightRequest{}, cfg.isa);
-  if (!m) return m.error();
-  auto tok = Tokenizer::from_gguf((*m)->gguf());
-  if (!tok) return tok.error();
-  std::ifstream in(cfg.smooth_calib, std::ios::binary);
-  if (!in) return usage_error("flag --w8a8-calib: cannot read '" + cfg.smooth_calib + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::vector<int> ids = (*tok)->encode(ss.str(), false, false);
-  if (ids.size() < 16) return usage_error("flag --w8a8-calib: '" + cfg.smooth_calib + "' holds fewer than 16 tokens");
-  if (ids.size() > 2048) ids.resize(2048);
-  const LlamaConfig& c = (*m)->config();
-  const int chunk = 512, d = c.n_embd;
-  KvStore kv(c, KvSpec{}, 1, chunk);
-  Workspace ws(c, chunk);
-  ActStats st;
-  st.attn.assign((size_t)c.n_layer * d, 0.0f);
-  st.ffn.assign((size_t)c.n_layer * d, 0.0f);
-  ws.set_act_stats(&st);
-  const int block0 = 0;
-  for (size_t i = 0; i < ids.size(); i += chunk) {
-    SeqBatch b;
-    b.tokens = ids.data() + i;
-    b.n = (int)std::min<size_t>(chunk, ids.size() - i);
-    b.blocks = &block0;
-    if (Status s = llama_forward(**m, kv, ws, &b, 1, nullptr, pool, matmul_kernels(cfg.isa)); !s) return s;
-  }
-  const float alpha = cfg.smooth_alpha;
-  auto factors = [&](const std::vector<float>& act, int l, std::initializer_list<const PackedMatrix*> ws_) {
-    std::vector<float> wmax(d, 0.0f);
-    for (const PackedMatrix* W : ws_)
-      for (int64_t r = 0; r < W->rows; ++r)
-        for (int j = 0; j < d; ++j) wmax[j] = std::max(wmax[j], std::fabs(W->value(r, j)));
-    std::vector<float> s(d);
-    for (int j = 0; j < d; ++j) {
-      const float a = act[(size_t)l * d + j], w = wmax[j];
-      s[j] = a > 0 && w > 0 ? std::clamp(std::pow(a, alpha) / std::pow(w, 1.0f - alpha), 1e-3f, 1e3f) : 1.0f;
-    }
-    return s;
-  };
-  wr->smooth_attn.clear();
-  wr->smooth_ffn.clear();
-  for (int l = 0; l < c.n_layer; ++l) {
-    const LayerWeights& L = (*m)->weights().layers[l];
-    auto a = factors(st.attn, l, {&L.wq, &L.wk, &L.wv});
-    auto f = factors(st.ffn, l, {&L.w_gate, &L.w_up});
-    wr->smooth_attn.insert(wr->smooth_attn.end(), a.begin(), a.end());
-    wr->smooth_ffn.insert(wr->smooth_ffn.end(), f.begin(), f.end());
-  }
-  wr->smooth_alpha = alpha;
-  return Ok{};
-}
-
-}  // namespace
-
 Expected<std::unique_ptr<Engine>> Engine::load(const LaunchConfig& cfg) {
   std::unique_ptr<Engine> e(new Engine());
   e->cfg_ = cfg;
@@ -87,28 +26,25 @@ Expected<std::unique_ptr<Engine>> Engine::load(const LaunchConfig& cfg) {
   } catch (const std::system_error& err) {
     return runtime_error("cannot start " + std::to_string(e->cfg_.threads) + " threads: " + err.what());
   }
-  WeightRequest wr = cfg.weights;
-  if (cfg.smooth_alpha > 0) {
-    if (wr.mode != "w8a8") return usage_error("flag --w8a8-smooth needs --weights w8a8");
-    if (Status s = calibrate_smoothing(cfg, *e->pool_, &wr); !s) return s.error();
-  }
-  auto m = LlamaModel::load(cfg.model_path, wr, cfg.isa);
+  if (cfg.weights.smooth_alpha > 0 && cfg.weights.mode != "w8a8")
+    return usage_error("flag --w8a8-smooth needs --weights w8a8");
+  auto m = Model::load(cfg.model_path, cfg.weights, cfg.isa, *e->pool_);
   if (!m) return m.error();
   e->model_ = std::move(*m);
-  auto kv = parse_kv_spec(cfg.kv, cfg.kv_layers, e->model_->config().n_layer);
+  auto kv = parse_kv_spec(cfg.kv, cfg.kv_layers, e->model_->kv_layout().n_layer);
   if (!kv) return kv.error();
   e->kv_ = std::move(*kv);
   auto t = Tokenizer::from_gguf(e->model_->gguf());
   if (!t) return t.error();
   e->tok_ = std::move(*t);
-  if (e->tok_->n_vocab() != e->model_->config().n_vocab)
+  if (e->tok_->n_vocab() != e->model_->info().n_vocab)
     return runtime_error(cfg.model_path + ": tokenizer has " + std::to_string(e->tok_->n_vocab()) +
-                         " tokens but the embedding has " + std::to_string(e->model_->config().n_vocab));
+                         " tokens but the embedding has " + std::to_string(e->model_->info().n_vocab));
   std::string tmpl;
   if (const GgufValue* v = e->model_->gguf().find("tokenizer.chat_template"); v && v->type == GgufType::kString) tmpl = v->s;
   e->chat_ = ChatTemplate::from_template_text(tmpl);
   if (!e->chat_) e->chat_ = runtime_error(cfg.model_path + ": " + e->chat_.error().message);
-  const int max_ctx = e->model_->config().n_ctx_train;
+  const int max_ctx = e->model_->info().n_ctx_train;
   if (e->cfg_.n_ctx <= 0) e->cfg_.n_ctx = std::min(max_ctx, 4096);
   if (e->cfg_.n_ctx > max_ctx)
     return usage_error("--ctx " + std::to_string(e->cfg_.n_ctx) + " exceeds the model's context length " + std::to_string(max_ctx));
@@ -126,7 +62,7 @@ std::vector<int> stop_ids_for(const Engine& e, bool chat) {
   return stop;
 }
 
-Expected<GenerateResult> generate(Engine& e, LlamaState& st, const std::vector<int>& prompt, int max_tokens,
+Expected<GenerateResult> generate(Engine& e, SequenceState& st, const std::vector<int>& prompt, int max_tokens,
                                   const SamplingParams& sp, const std::vector<int>& stop_ids,
                                   const std::function<void(const std::string&)>& on_text) {
   using clock = std::chrono::steady_clock;
@@ -139,7 +75,7 @@ Expected<GenerateResult> generate(Engine& e, LlamaState& st, const std::vector<i
   if (st.n_past() + (int)prompt.size() + max_tokens > st.n_ctx())
     return usage_error("prompt (" + std::to_string(prompt.size()) + " tokens) + -n " + std::to_string(max_tokens) +
                        " exceeds the context of " + std::to_string(st.n_ctx()) + " tokens (raise --ctx or lower -n)");
-  const int nv = e.model().config().n_vocab;
+  const int nv = e.model().info().n_vocab;
   std::vector<float> logits(nv);
   std::vector<int> recent = prompt;
   Sampler sampler(sp);

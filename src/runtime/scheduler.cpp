@@ -16,6 +16,7 @@ struct Scheduler::Seq {
   int n_prompt = 0;
   int n_computed = 0;             // tokens whose K/V are in the cache
   std::vector<int> table;         // block table
+  int slot = -1;                  // recurrent-state slot while admitted
   std::vector<uint64_t> hashes;   // chain hash of each published (full) block
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<StreamDecoder> dec;
@@ -63,14 +64,16 @@ Scheduler::Scheduler(Engine& e, const SchedulerConfig& c, ServeMetrics& metrics)
     : e_(e),
       cfg_(c),
       m_(metrics),
-      kv_(e.model().config(), e.kv_spec(), c.n_blocks, c.block_size),
+      kv_(e.model().kv_layout(), e.kv_spec(), c.n_blocks, c.block_size),
+      state_(e.model().state_bytes_per_seq(), std::max(c.max_running, 1)),
       blocks_(c.n_blocks, c.block_size),
-      ws_(e.model().config(), c.batch_tokens) {
+      ws_(e.model().new_workspace(c.batch_tokens)) {
   // The pool is resident from the start: the server's memory is what --kv-mem says, and does not
   // creep up as the prefix cache fills blocks for the first time.
   kv_.commit();
-  logits_.resize((size_t)std::max(c.max_running, 1) * e.model().config().n_vocab);
-  row_copy_.resize(e.model().config().n_vocab);
+  for (int i = state_.n_slots() - 1; i >= 0; --i) free_slots_.push_back(i);
+  logits_.resize((size_t)std::max(c.max_running, 1) * e.model().info().n_vocab);
+  row_copy_.resize(e.model().info().n_vocab);
   m_.kv_total = c.n_blocks;
   thread_ = std::thread([this] { loop(); });
 }
@@ -190,10 +193,13 @@ void Scheduler::loop() {
 bool Scheduler::admit(Seq& s) {
   const int bs = cfg_.block_size, len = (int)s.tokens.size();
   const int need = (len + bs - 1) / bs;
+  if (free_slots_.empty()) return false;
   // Reuse cached full blocks of the same prefix; at least one token is always computed, since
-  // its logits are needed.
+  // its logits are needed. A model with recurrent state cannot start after a cached prefix (its
+  // state there is not kept), so it computes the whole prompt.
+  const bool recurrent = state_.bytes_per_slot() > 0;
   uint64_t h = 0;
-  for (int b = 0; b < (len - 1) / bs; ++b) {
+  for (int b = 0; !recurrent && b < (len - 1) / bs; ++b) {
     const uint64_t hb = KvBlocks::chain_hash(h, &s.tokens[(size_t)b * bs], bs);
     const int blk = blocks_.lookup(hb, &s.tokens[(size_t)b * bs]);
     if (blk < 0) break;
@@ -206,6 +212,9 @@ bool Scheduler::admit(Seq& s) {
     return false;
   }
   while ((int)s.table.size() < need) s.table.push_back(blocks_.allocate());
+  s.slot = free_slots_.back();
+  free_slots_.pop_back();
+  state_.clear(s.slot);
   s.preempted = false;
   s.n_computed = (int)s.hashes.size() * bs;
   if (!s.looked_up) {
@@ -221,6 +230,8 @@ bool Scheduler::admit(Seq& s) {
 void Scheduler::release_blocks(Seq& s) {
   for (int b : s.table) blocks_.release(b);
   s.table.clear();
+  if (s.slot >= 0) free_slots_.push_back(s.slot);
+  s.slot = -1;
   s.hashes.clear();
   s.n_computed = 0;
 }
@@ -290,6 +301,7 @@ void Scheduler::step() {
     b.n = picks[i].n;
     b.n_past = s.n_computed;
     b.blocks = s.table.data();
+    b.state_slot = s.slot;
     b.want_logits = s.n_computed + b.n == (int)s.tokens.size();
   }
   Status st = Ok{};
@@ -300,7 +312,7 @@ void Scheduler::step() {
     trace::Span sp("step", "phase", -1, cfg_.batch_tokens - budget);
     sp.pos((int64_t)picks.size());
     for (const auto& p : picks) trace::flow('t', "request", p.s->id);
-    st = llama_forward(e_.model(), kv_, ws_, batch.data(), (int)batch.size(), logits_.data(), e_.pool(), e_.kernels());
+    st = e_.model().forward({kv_, state_}, *ws_, batch.data(), (int)batch.size(), logits_.data(), e_.pool(), e_.kernels());
   }
   if (!st) {
     for (auto& p : picks) p.s->n_computed = -1;  // marks them for removal below
@@ -314,14 +326,14 @@ void Scheduler::step() {
     Seq& s = *picks[i].s;
     s.n_computed += picks[i].n;
     publish_full_blocks(s);
-    if (batch[i].want_logits) on_token(s, &logits_[(size_t)row++ * e_.model().config().n_vocab]);
+    if (batch[i].want_logits) on_token(s, &logits_[(size_t)row++ * e_.model().info().n_vocab]);
   }
   for (auto it = running_.begin(); it != running_.end();)
     if ((*it)->req.on_event == nullptr) it = running_.erase(it); else ++it;
 }
 
 void Scheduler::on_token(Seq& s, float* logits) {
-  const int nv = e_.model().config().n_vocab;
+  const int nv = e_.model().info().n_vocab;
   GenEvent ev;
   if (s.req.logprobs >= 0) std::copy(logits, logits + nv, row_copy_.begin());
   if (s.req.constraint) {

@@ -106,9 +106,11 @@ class Scheduler {
   Engine& e_;
   SchedulerConfig cfg_;
   ServeMetrics& m_;
-  KvStore kv_;
+  PagedKvCache kv_;
+  RecurrentStateStore state_;     // one slot per running sequence (empty for attention-only models)
+  std::vector<int> free_slots_;
   KvBlocks blocks_;
-  Workspace ws_;
+  std::unique_ptr<Workspace> ws_;
   std::vector<float> logits_, row_copy_;
 
   std::mutex mu_;

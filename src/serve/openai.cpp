@@ -204,7 +204,7 @@ void OpenAiApi::completion(const HttpRequest& req, const std::shared_ptr<Exchang
     } else if (pr->is_array() && !pr->empty() && std::all_of(pr->begin(), pr->end(), [](const json& t) { return t.is_number_integer(); })) {
       for (const json& t : *pr) {
         const int64_t id = t.get<int64_t>();
-        if (id < 0 || id >= e_.model().config().n_vocab) return fail(bad("prompt", "token id " + std::to_string(id) + " is out of range"));
+        if (id < 0 || id >= e_.model().info().n_vocab) return fail(bad("prompt", "token id " + std::to_string(id) + " is out of range"));
         g.prompt.push_back((int)id);
       }
     } else {

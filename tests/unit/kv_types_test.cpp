@@ -437,7 +437,7 @@ struct Pool {
     mem.assign((size_t)block_bytes * n_blocks, 0xff);  // NaN-ish garbage everywhere not written
   }
   uint8_t* row(int block, int r) { return mem.data() + (size_t)block * block_bytes + (size_t)r * row_bytes; }
-  // As KvStore::side does.
+  // As PagedKvCache::side does.
   KvSide side(int head) const {
     return KvSide{mem.data(), type, row_bytes, block_bytes, (int64_t)head * hd * (int64_t)kv_elem_bytes(type),
                   (int64_t)n_heads * hd * (int64_t)kv_elem_bytes(type) + 4 * head};

@@ -7,7 +7,7 @@
 #include <sstream>
 #include <toml++/toml.h>
 
-#include "lab/mcp.h"
+#include "agent/mcp.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

@@ -1,4 +1,4 @@
-#include "lab/agent_proposal.h"
+#include "agent/agent_proposal.h"
 #include "lab/plan.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-#include "lab/agent_tune.h"
+#include "agent/agent_tune.h"
 
 #include <algorithm>
 #include <cstdio>

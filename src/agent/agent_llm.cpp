@@ -1,4 +1,4 @@
-#include "lab/agent_llm.h"
+#include "agent/agent_llm.h"
 
 namespace ouro::lab {
 

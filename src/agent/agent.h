@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "core/status.h"
-#include "lab/agent_llm.h"
-#include "lab/agent_proposal.h"
-#include "lab/agent_tune.h"
+#include "agent/agent_llm.h"
+#include "agent/agent_proposal.h"
+#include "agent/agent_tune.h"
 
 namespace ouro::lab {
 

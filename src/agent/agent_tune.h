@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "lab/agent_proposal.h"
+#include "agent/agent_proposal.h"
 
 namespace ouro::lab {
 

@@ -1,5 +1,5 @@
 // Steps 2-6 of `ouro agent` (agent.h): propose, validate, route, run, feed back, account.
-#include "lab/agent.h"
+#include "agent/agent.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "lab/ledger.h"
-#include "lab/mcp.h"
+#include "agent/mcp.h"
 #include "lab/process.h"
 #include "lab/runner.h"
 #include "lab/spec.h"

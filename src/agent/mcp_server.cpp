@@ -2,7 +2,7 @@
 #include <algorithm>
 
 #include "lab/ledger.h"
-#include "lab/mcp.h"
+#include "agent/mcp.h"
 
 using nlohmann::json;
 

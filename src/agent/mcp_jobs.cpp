@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "lab/mcp.h"
+#include "agent/mcp.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

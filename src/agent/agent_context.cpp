@@ -6,7 +6,7 @@
 #include <set>
 #include <sstream>
 
-#include "lab/agent.h"
+#include "agent/agent.h"
 #include "lab/ledger.h"
 #include "lab/process.h"
 

@@ -1,0 +1,41 @@
+// One sequence's own memory and scratch, for the commands that run one sequence at a time (generate,
+// chat, logits, bench, quality, the lab's worker): a contiguous KV cache (one block of n_ctx
+// positions), one recurrent-state slot and a workspace of max_batch tokens, all from the model
+// interface. The server's scheduler shares a paged pool between many sequences instead.
+#pragma once
+#include <memory>
+
+#include "model/model.h"
+
+namespace ouro {
+
+class SequenceState {
+ public:
+  SequenceState(const Model& m, int n_ctx, int max_batch = 512, const KvSpec& kv = {});
+  int n_ctx() const { return n_ctx_; }
+  int n_past() const { return n_past_; }
+  // Forgets every position (the recurrent state is zeroed too).
+  void reset();
+  // Drops cached positions >= n (for reusing a common prefix). A model with recurrent state cannot
+  // go back: its state is reset unless n covers every position.
+  void truncate(int n);
+
+  // Runs tokens[0..n) at positions n_past.. and appends them to the memory. Writes logits of the
+  // last token to `logits` [n_vocab], or of every token ([n][n_vocab]) when all_logits.
+  // Processes in chunks of max_batch. Returns an error if the context would overflow.
+  Status forward(const int* tokens, int n, float* logits, bool all_logits, ThreadPool& pool, const MatmulKernels& k);
+
+  // Attention memory per position and recurrent memory of the sequence, in bytes.
+  size_t kv_bytes_per_token() const;
+  size_t state_bytes() const { return state_.bytes_per_slot(); }
+
+ private:
+  const Model& m_;
+  int n_ctx_, max_batch_;
+  int n_past_ = 0;
+  PagedKvCache kv_;
+  RecurrentStateStore state_;
+  std::unique_ptr<Workspace> ws_;
+};
+
+}  // namespace ouro

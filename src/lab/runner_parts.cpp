@@ -1,7 +1,32 @@
 // The runner's parts: see runner_parts.h.
 #include "lab/runner_parts.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <immintrin.h>
+#include <optional>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+#include "core/cpu.h"
+#include "core/sha256.h"
+#include "lab/judge.h"
+#include "lab/measurement.h"
+#include "lab/numfmt.h"
+#include "lab/pipe_process.h"
+#include "lab/probe.h"
+#include "model/gguf.h"
+#include "trace/analyze.h"
+
 namespace ouro::lab::runner_detail {
+
+namespace fs = std::filesystem;
 
 bool kernel_like(Level l) { return l == Level::kKernel || l == Level::kOp; }
 

@@ -1,6 +1,8 @@
 // The runner's parts (runner.cpp runs the experiment with them): the two sides' invocations, the
 // correctness outputs and their agreement figures, and the timed runs. Internal to src/lab/.
 #pragma once
+#include <cmath>
+#include <cstring>
 #include <map>
 #include <random>
 #include <string>
@@ -8,42 +10,17 @@
 
 #include <nlohmann/json.hpp>
 
-#include "lab/runner.h"
-#include "runtime/quality.h"
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <ctime>
-#include <filesystem>
-#include <fstream>
-#include <immintrin.h>
-#include <optional>
-#include <random>
-#include <sstream>
-#include <thread>
-#include <unistd.h>
-#include "core/cpu.h"
 #include "core/npy.h"
-#include "core/sha256.h"
 #include "lab/engine_work.h"
-#include "lab/judge.h"
-#include "lab/numfmt.h"
-#include "lab/measurement.h"
-#include "lab/probe.h"
 #include "lab/process.h"
+#include "lab/runner.h"
 #include "lab/stats.h"
-#include "lab/pipe_process.h"
 #include "lab/trust.h"
 #include "lab/worker_runs.h"
-#include "model/gguf.h"
-#include "trace/analyze.h"
+#include "runtime/quality.h"
 
 namespace ouro::lab::runner_detail {
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 
 bool kernel_like(Level l);

@@ -82,9 +82,6 @@ class Tensors:
         self.raw = {t.name: t for t in r.tensors}
         self.kept = {} if keep else None
 
-    def __contains__(self, name: str) -> bool:
-        return name in self.raw
-
     def __getitem__(self, name: str) -> np.ndarray:
         if self.kept is not None and name in self.kept:
             return self.kept[name]

@@ -18,6 +18,7 @@ namespace {
 const char* kGenerateUsage =
     "usage: ouro generate -p TEXT [options]\n"
     "  -p, --prompt TEXT      prompt (special-token text such as <|im_start|> is parsed)\n"
+    "  --tokens IDS           the prompt as comma-separated token ids instead (not with --chat)\n"
     "  -n, --n-predict N      tokens to generate (default 128)\n"
     "  --chat                 wrap the prompt as a user message in the model's chat template\n"
     "  --system TEXT          system message for --chat (default: the template's)\n"
@@ -43,13 +44,22 @@ const char* kChatUsage =
 int cmd_generate(int argc, char** argv) {
   if (wants_help(argc, argv)) { std::fputs(kGenerateUsage, stdout); return 0; }
   Args a;
-  if (Status s = a.parse(argc, argv, concat(concat(concat(kCommonValueFlags, kSamplingFlags), kTraceFlags), {"-p", "--prompt", "-n", "--n-predict", "--system"}),
+  if (Status s = a.parse(argc, argv, concat(concat(concat(kCommonValueFlags, kSamplingFlags), kTraceFlags), {"-p", "--prompt", "--tokens", "-n", "--n-predict", "--system"}),
                          {"--chat", "--json"});
       !s)
     return report(s.error());
   if (!a.positional().empty()) return report(usage_error("unexpected argument '" + a.positional()[0] + "'"));
-  if (!a.has("-p") && !a.has("--prompt")) return report(usage_error("generate needs a prompt: -p TEXT"));
-  const std::string prompt = a.has("-p") ? a.str("-p") : a.str("--prompt");
+  const bool by_ids = a.has("--tokens");
+  if (by_ids == (a.has("-p") || a.has("--prompt")))
+    return report(usage_error("generate needs one prompt: -p TEXT or --tokens ID,ID,..."));
+  if (by_ids && a.has("--chat")) return report(usage_error("--tokens is the prompt as ids: it does not go with --chat"));
+  std::vector<int> ids;
+  if (by_ids) {
+    auto v = parse_id_list(a.str("--tokens"));
+    if (!v) return report(v.error());
+    ids = *v;
+  }
+  const std::string prompt = by_ids ? "" : a.has("-p") ? a.str("-p") : a.str("--prompt");
   auto n = a.integer(a.has("-n") ? "-n" : "--n-predict", 128, 0, 1 << 24);
   if (!n) return report(n.error());
   auto sp = sampling_from(a);
@@ -67,8 +77,7 @@ int cmd_generate(int argc, char** argv) {
     msgs.push_back({"user", prompt});
     text = e.chat()->render(msgs);
   }
-  std::vector<int> ids;
-  {
+  if (!by_ids) {
     trace::Span sp("tokenize", "io", -1, -1, (double)text.size());
     ids = e.tokenizer().encode(text);
   }

@@ -40,4 +40,17 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
 };
 
+// Runs fn(begin, end) over [0, n) in one contiguous chunk per thread, or inline over all of it when
+// n < min_parallel or the pool has one thread (a decode step's few items are not worth a wake-up).
+template <typename Fn>
+void parallel_ranges(ThreadPool& pool, int64_t n, const char* region, Fn&& fn, int64_t min_parallel = 4) {
+  if (n <= 0) return;
+  if (n < min_parallel || pool.size() == 1) { fn((int64_t)0, n); return; }
+  pool.run([&](int t, int nt) {
+    int64_t b, e;
+    ThreadPool::split(n, t, nt, 1, &b, &e);
+    if (b < e) fn(b, e);
+  }, region);
+}
+
 }  // namespace ouro

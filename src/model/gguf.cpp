@@ -300,4 +300,30 @@ Expected<bool> GgufFile::get_bool(const std::string& key) const {
   return v->u != 0;
 }
 
+Expected<const GgufTensorInfo*> gguf_tensor(const GgufFile& f, const std::string& name, const std::vector<int64_t>& ne,
+                                            bool must_be_f32) {
+  const GgufTensorInfo* t = f.tensor(name);
+  if (!t) return runtime_error(f.path() + ": missing tensor '" + name + "'");
+  if (t->ne != ne) {
+    auto shape = [](const std::vector<int64_t>& v) {
+      std::string s = "[";
+      for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+      return s + "]";
+    };
+    return runtime_error(f.path() + ": tensor '" + name + "' has shape " + shape(t->ne) + ", expected " + shape(ne));
+  }
+  if (must_be_f32 && t->type != GgmlType::kF32)
+    return runtime_error(f.path() + ": tensor '" + name + "' must be F32, is " + ggml_type_name_any((uint32_t)t->type));
+  return t;
+}
+
+Expected<uint64_t> gguf_uint_in(const GgufFile& f, const std::string& key, uint64_t lo, uint64_t hi) {
+  auto v = f.get_uint(key);
+  if (!v) return v.error();
+  if (*v < lo || *v > hi)
+    return runtime_error(f.path() + ": metadata '" + key + "' = " + std::to_string(*v) + " is out of range [" +
+                         std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return *v;
+}
+
 }  // namespace ouro

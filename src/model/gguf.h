@@ -85,4 +85,11 @@ class GgufFile {
   std::map<std::string, size_t> tensor_index_;
 };
 
+// A model loader's checks, naming the file and the tensor or key on error:
+// the tensor `name` with shape `ne` (ne order), and F32 when must_be_f32 ...
+Expected<const GgufTensorInfo*> gguf_tensor(const GgufFile& f, const std::string& name, const std::vector<int64_t>& ne,
+                                            bool must_be_f32 = false);
+// ... and the unsigned integer `key` within [lo, hi].
+Expected<uint64_t> gguf_uint_in(const GgufFile& f, const std::string& key, uint64_t lo, uint64_t hi);
+
 }  // namespace ouro

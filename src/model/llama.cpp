@@ -192,6 +192,7 @@ Status LlamaModel::forward(const ModelMemory& mem, Workspace& ws_base, const Seq
       matmul_parallel(k, pool, qa_, down, 1, "down");
       for (size_t i = 0; i < (size_t)T * d; ++i) x_[i] += tmp_[i];
     }
+    if (ws.layer_out) ws.layer_out->insert(ws.layer_out->end(), x_.begin(), x_.begin() + (size_t)T * d);
   }
   if (n_out == 0) return Ok{};
 

@@ -17,31 +17,13 @@ namespace ouro {
 
 namespace {
 
-// Fetches a tensor and checks its shape (ne order) and that its type is usable.
 Expected<const GgufTensorInfo*> get_tensor(const GgufFile& f, const std::string& name, std::vector<int64_t> ne,
                                            bool must_be_f32 = false) {
-  const GgufTensorInfo* t = f.tensor(name);
-  if (!t) return runtime_error(f.path() + ": missing tensor '" + name + "'");
-  if (t->ne != ne) {
-    auto shape = [](const std::vector<int64_t>& v) {
-      std::string s = "[";
-      for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-      return s + "]";
-    };
-    return runtime_error(f.path() + ": tensor '" + name + "' has shape " + shape(t->ne) + ", expected " + shape(ne));
-  }
-  if (must_be_f32 && t->type != GgmlType::kF32)
-    return runtime_error(f.path() + ": tensor '" + name + "' must be F32, is " + type_traits(t->type)->name);
-  return t;
+  return gguf_tensor(f, name, ne, must_be_f32);
 }
 
 Expected<uint64_t> get_hparam(const GgufFile& f, const std::string& key, uint64_t lo, uint64_t hi) {
-  auto v = f.get_uint(key);
-  if (!v) return v.error();
-  if (*v < lo || *v > hi)
-    return runtime_error(f.path() + ": metadata '" + key + "' = " + std::to_string(*v) + " is out of range [" +
-                         std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  return *v;
+  return gguf_uint_in(f, key, lo, hi);
 }
 
 }  // namespace

@@ -7,15 +7,34 @@
 namespace ouro {
 
 KvSpec PagedKvCache::full_spec(const KvLayout& layout, const KvSpec& spec) {
-  if (!spec.k.empty()) return spec;
-  KvSpec f;
-  f.k.assign(layout.n_layer, KvType::kF32);
-  f.v.assign(layout.n_layer, KvType::kF32);
+  KvSpec f = spec;
+  if (f.k.empty()) {
+    f.k.assign(layout.n_layer, KvType::kF32);
+    f.v.assign(layout.n_layer, KvType::kF32);
+  }
+  if (layout.k_only) f.v = f.k;
   return f;
 }
 
+Status PagedKvCache::check_spec(const KvLayout& layout, const KvSpec& spec) {
+  if (!layout.k_only) return Ok{};
+  for (size_t l = 0; l < spec.v.size() && l < spec.k.size(); ++l)
+    if (spec.v[l] != spec.k[l] && spec.v[l] != KvType::kF32)
+      return usage_error("--kv " + spec.describe() + ": this model's attention cache keeps one latent row per position " +
+                         "(key and value at once), so it has one type per layer: use --kv TYPE or k=TYPE (layer " +
+                         std::to_string(l) + " asks for k=" + kv_type_name(spec.k[l]) + ", v=" +
+                         kv_type_name(spec.v[l]) + ")");
+  return Ok{};
+}
+
 size_t PagedKvCache::bytes_per_token(const KvLayout& layout, const KvSpec& spec) {
-  return full_spec(layout, spec).bytes_per_token(layout.n_head_kv, layout.head_dim);
+  const KvSpec f = full_spec(layout, spec);
+  size_t n = 0;
+  for (int l = 0; l < layout.n_layer; ++l) {
+    n += kv_row_bytes(f.k[l], layout.n_head_kv, layout.head_dim);
+    if (!layout.k_only) n += kv_row_bytes(f.v[l], layout.n_head_kv, layout.head_dim);
+  }
+  return n;
 }
 
 PagedKvCache::PagedKvCache(const KvLayout& layout, const KvSpec& spec, int n_blocks, int block_size)
@@ -25,6 +44,10 @@ PagedKvCache::PagedKvCache(const KvLayout& layout, const KvSpec& spec, int n_blo
   size_t off = 0;
   for (int l = 0; l < layout.n_layer; ++l)
     for (KvType t : {spec_.k[l], spec_.v[l]}) {
+      if (layout.k_only && reg_.size() % 2 == 1) {  // V reads the K rows
+        reg_.push_back(reg_.back());
+        continue;
+      }
       Region g;
       g.type = t;
       g.row_bytes = kv_row_bytes(t, layout.n_head_kv, layout.head_dim);

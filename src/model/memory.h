@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/lazy_buffer.h"
+#include "core/status.h"
 #include "kernels/kv_types.h"
 #include "kernels/ops.h"
 
@@ -18,8 +19,12 @@ namespace ouro {
 
 // The shape of an attention layer's cache rows: n_layer layers, each position a K row and a V row
 // of n_head_kv heads of head_dim values. n_layer 0: the model has no attention memory.
+// k_only: one row per position serves as key and as value (MLA's latent row, whose first values
+// are also the value the heads decompress); it is stored once, in --kv's K type, and a layer's V
+// side reads the K rows.
 struct KvLayout {
   int n_layer = 0, n_head_kv = 0, head_dim = 0;
+  bool k_only = false;
 };
 
 // Paged KV storage: per layer, n_blocks blocks of block_size positions, each position a K row and a
@@ -47,8 +52,11 @@ class PagedKvCache {
   static size_t bytes_per_block(const KvLayout& layout, const KvSpec& spec, int block_size) {
     return bytes_per_token(layout, spec) * (size_t)block_size;
   }
-  // `spec`, or f32 for every layer when it is empty.
+  // `spec`, or f32 for every layer when it is empty; for a k_only layout V follows K.
   static KvSpec full_spec(const KvLayout& layout, const KvSpec& spec);
+  // Whether `spec` can be this layout's (a k_only layout has no V types of its own), with an error
+  // naming the flag.
+  static Status check_spec(const KvLayout& layout, const KvSpec& spec);
 
  private:
   struct Region { size_t offset, block_bytes, row_bytes; KvType type; };

@@ -1,6 +1,7 @@
 // The registry of architectures: general.architecture -> loader.
 #include "model/model.h"
 
+#include "model/kimi_linear.h"
 #include "model/llama.h"
 
 namespace ouro {
@@ -16,6 +17,7 @@ struct Architecture {
 
 const Architecture kArchitectures[] = {
     {"llama", &LlamaModel::load},
+    {"kimi-linear", &KimiLinearModel::load},
 };
 
 }  // namespace

@@ -62,6 +62,9 @@ class Workspace {
   explicit Workspace(int max_tokens) : max_tokens_(max_tokens < 1 ? 1 : max_tokens) {}
   virtual ~Workspace() = default;
   int max_tokens() const { return max_tokens_; }
+  // When set, a forward pass over one sequence's n tokens appends the residual stream after each
+  // layer ([n_layer][n][n_embd]): the oracle tests' per-layer view (`ouro logits --hidden`).
+  std::vector<float>* layer_out = nullptr;
 
  private:
   int max_tokens_;

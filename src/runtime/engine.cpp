@@ -33,6 +33,7 @@ Expected<std::unique_ptr<Engine>> Engine::load(const LaunchConfig& cfg) {
   e->model_ = std::move(*m);
   auto kv = parse_kv_spec(cfg.kv, cfg.kv_layers, e->model_->kv_layout().n_layer);
   if (!kv) return kv.error();
+  if (Status s = PagedKvCache::check_spec(e->model_->kv_layout(), *kv); !s) return s.error();
   e->kv_ = std::move(*kv);
   auto t = Tokenizer::from_gguf(e->model_->gguf());
   if (!t) return t.error();

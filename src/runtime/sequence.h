@@ -4,6 +4,7 @@
 // interface. The server's scheduler shares a paged pool between many sequences instead.
 #pragma once
 #include <memory>
+#include <vector>
 
 #include "model/model.h"
 
@@ -24,6 +25,10 @@ class SequenceState {
   // last token to `logits` [n_vocab], or of every token ([n][n_vocab]) when all_logits.
   // Processes in chunks of max_batch. Returns an error if the context would overflow.
   Status forward(const int* tokens, int n, float* logits, bool all_logits, ThreadPool& pool, const MatmulKernels& k);
+
+  // Collects each layer's output of the coming forward calls into *out (Workspace::layer_out),
+  // [call][n_layer][tokens of the call][n_embd]; nullptr stops.
+  void collect_layers(std::vector<float>* out) { ws_->layer_out = out; }
 
   // Attention memory per position and recurrent memory of the sequence, in bytes.
   size_t kv_bytes_per_token() const;

@@ -47,10 +47,17 @@ def test_long_files_say_why():
 
 
 def test_unknown_architecture_names_the_known_ones(ouro_bin, tmp_path):
-    hybrid = ROOT / "models" / "hybrid-tiny.F32.gguf"
-    r = run_ouro(ouro_bin, "generate", "-p", "hi", "-n", 1, "--model", hybrid, check=False)
+    import gguf
+    path = tmp_path / "other.gguf"
+    w = gguf.GGUFWriter(str(path), "mamba2")
+    w.add_block_count(1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    r = run_ouro(ouro_bin, "generate", "-p", "hi", "-n", 1, "--model", path, check=False)
     assert r.returncode == 1 and r.stdout == ""
-    assert r.stderr.strip() == f"ouro: {hybrid}: unsupported architecture 'kimi-linear' (supported: llama)"
+    assert r.stderr.strip() == f"ouro: {path}: unsupported architecture 'mamba2' (supported: llama, kimi-linear)"
 
 
 def test_memory_reported_for_each_kind(ouro_bin, model_path):

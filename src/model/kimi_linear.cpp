@@ -1,0 +1,404 @@
+// The `kimi-linear` forward pass (model.h's interface, kimi_linear.h's weights), layer by layer as
+// docs/hybrid.md writes the math: embed; per layer h += mixer(attn_norm(h)) with the mixer KDA or
+// MLA, then h += ffn(ffn_norm(h)) with the FFN dense or a mixture of experts; output_norm ->
+// lm_head. The sequences of a batch run one after the other, each through every layer, its KDA
+// state in its slot of the recurrent-state store and its MLA latent rows in its blocks of the paged
+// KV cache. One trace span per op with its bytes and FLOPs. Loading is in kimi_linear_load.cpp.
+#include "model/kimi_linear.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/fault.h"
+#include "core/thread_pool.h"
+#include "kernels/kda.h"
+#include "kernels/ops.h"
+#include "trace/trace.h"
+
+namespace ouro {
+
+namespace {
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+// ggml's softplus: the identity above 20, where log1p(exp(x)) rounds to x anyway.
+float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+// The arithmetic a matmul's FLOPs run in (traces compare them with that peak).
+const char* precision_of(const PackedMatrix& W) { return W.kind == PackedKind::kRows ? nullptr : "int8"; }
+
+// One sequence's pass: the model, its memory and the scratch, and the ops every layer uses.
+struct Pass {
+  const KimiLinearModel& m;
+  const KimiConfig& c;
+  PagedKvCache& kv;
+  float* state;  // the sequence's slot of the recurrent-state store
+  const SeqBatch& b;
+  KimiWorkspace& ws;
+  ThreadPool& pool;
+  const MatmulKernels& k;
+  int T, n_past;
+
+  // KDA layer li's conv window of input j (0 q, 1 k, 2 v), and its S.
+  float* conv_window(int li, int j) const { return state + li * c.kda_layer_floats() + j * c.conv_floats(); }
+  float* kda_S(int li) const { return state + li * c.kda_layer_floats() + 3 * c.conv_floats(); }
+  // The KV cache row of this sequence's position pos in MLA layer li.
+  uint8_t* latent_row(int li, int pos) const {
+    const int bs = kv.block_size();
+    return kv.row(li, false, b.blocks[pos / bs], pos % bs);
+  }
+
+  // Quantizes rows [0, n) of src ([n][cols]) for products with `consumer`.
+  void quantize(const char* region, const float* src, int n, int cols, const PackedMatrix& consumer) {
+    ws.qa.resize(n, cols, wants_per_token(consumer));
+    ws.qa.x = src;
+    parallel_ranges(pool, n, region, [&](int64_t b, int64_t e) { quantize_acts(src, b, e, ws.qa); });
+  }
+  // xn = rmsnorm(src) * weight for every token, quantized for `consumer`, as one traced op.
+  void norm(const char* name, int layer, const float* weight, const float* src, const PackedMatrix& consumer) {
+    const int d = c.n_embd;
+    trace::Span sp(name, "op", layer, T, 8.0 * T * d + 4.0 * d, 6.0 * T * d);
+    fault::at_op(name);
+    parallel_ranges(pool, T, name, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) rmsnorm(src + t * d, weight, &ws.xn[t * d], d, c.rms_eps);
+    });
+    quantize(name, ws.xn.data(), T, d, consumer);
+  }
+  // Every job over the activations last quantized, in one parallel region.
+  void matmul(const char* name, int layer, std::initializer_list<MatmulJob> jobs) {
+    OpCost cost;
+    for (const MatmulJob& j : jobs) cost += matmul_cost(*j.W, ws.qa.T);
+    trace::Span sp(name, "op", layer, (int)ws.qa.T, cost.bytes, cost.flops);
+    fault::at_op(name);
+    sp.precision(precision_of(*jobs.begin()->W));
+    matmul_parallel(k, pool, ws.qa, jobs.begin(), (int)jobs.size(), name);
+  }
+  // One quantize + product over n rows of src, as one op.
+  void project(const char* name, int layer, const float* src, int n, int cols, const PackedMatrix& W, float* y, int64_t ldy) {
+    quantize(name, src, n, cols, W);
+    matmul(name, layer, {{&W, y, ldy}});
+  }
+  void add_residual(const char* name, int layer) {
+    const int64_t n = (int64_t)T * c.n_embd;
+    trace::Span sp(name, "op", layer, T, 12.0 * n, (double)n);
+    for (int64_t i = 0; i < n; ++i) ws.x[i] += ws.tmp[i];
+  }
+
+  void kda(int l);
+  void mla(int l);
+  void dense_ffn(int l);
+  void moe(int l);
+  void head(float* logits, bool all_logits);
+};
+
+// Kimi Delta Attention: projections, short causal conv + SiLU, L2 norm of q and k, the forget gate
+// per key channel and beta per head, the delta rule over the fp32 state, the gated head norm, W_o.
+void Pass::kda(int l) {
+  const KdaWeights& K = m.layers()[l].kda;
+  const int H = c.n_head, D = c.head_dim, I = c.d_inner(), li = c.mixer_index[l];
+  float* proj[3] = {ws.proj[0].data(), ws.proj[1].data(), ws.proj[2].data()};
+  float* qkv[3] = {ws.conv[0].data(), ws.conv[1].data(), ws.conv[2].data()};
+  float *fa = ws.fa.data(), *ga = ws.ga.data(), *gate = ws.gate.data(), *og = ws.og.data(), *beta = ws.beta.data();
+  float* o = ws.o.data();
+  matmul("kda_proj", l, {{&K.wq, proj[0], I}, {&K.wk, proj[1], I}, {&K.wv, proj[2], I},
+                         {&K.f_a, fa, D}, {&K.g_a, ga, D}, {&K.beta, beta, H}});
+  project("kda_gate", l, fa, T, D, K.f_b, gate, I);
+  project("kda_out_gate", l, ga, T, D, K.g_b, og, I);
+  {
+    trace::Span sp("kda_conv", "op", l, T, 3 * 8.0 * T * I, 3 * 2.0 * T * I * c.d_conv);
+    fault::at_op("kda_conv");
+    parallel_ranges(pool, 3, "kda_conv", [&](int64_t b, int64_t e) {
+      for (int64_t j = b; j < e; ++j)
+        short_conv_silu(proj[j], I, T, I, K.conv[j], c.d_conv, conv_window(li, (int)j), qkv[j], I);
+    }, T >= 4 ? 2 : 4);
+  }
+  {
+    trace::Span sp("kda_gates", "op", l, T, 16.0 * T * I, 12.0 * T * I);
+    fault::at_op("kda_gates");
+    parallel_ranges(pool, T, "kda_gates", [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        for (int h = 0; h < H; ++h) {
+          l2norm_inplace(&qkv[0][t * I + h * D], D, c.rms_eps);
+          l2norm_inplace(&qkv[1][t * I + h * D], D, c.rms_eps);
+          beta[t * H + h] = sigmoid(beta[t * H + h]);
+        }
+        for (int i = 0; i < I; ++i) gate[t * I + i] = K.a[i / D] * softplus(gate[t * I + i] + K.dt_bias[i]);
+      }
+    });
+  }
+  {
+    trace::Span sp("kda_recurrent", "op", l, T, (double)H * (2 * kda_state_bytes(D, D) + 20.0 * T * D),
+                   (double)H * kda_recurrent_flops(T, D, D));
+    fault::at_op("kda_recurrent");
+    const float scale = 1.0f / std::sqrt((float)D);
+    parallel_ranges(pool, H, "kda_recurrent", [&](int64_t b, int64_t e) {
+      for (int64_t h = b; h < e; ++h) {
+        KdaHead hd;
+        hd.q = qkv[0] + h * D, hd.k = qkv[1] + h * D, hd.v = qkv[2] + h * D;
+        hd.g = gate + h * D, hd.beta = beta + h, hd.o = o + h * D;
+        hd.qk_stride = hd.v_stride = hd.g_stride = hd.o_stride = I;
+        hd.beta_stride = H;
+        kda_recurrent(hd, T, D, D, scale, kda_S(li) + h * D * D);
+      }
+    }, 2);
+  }
+  {
+    trace::Span sp("kda_out_norm", "op", l, T, 12.0 * T * I, 10.0 * T * I);
+    fault::at_op("kda_out_norm");
+    parallel_ranges(pool, T, "kda_out_norm", [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t)
+        for (int h = 0; h < H; ++h) {
+          float* oh = &o[t * I + h * D];
+          rmsnorm(oh, K.out_norm, oh, D, c.rms_eps);
+          for (int i = 0; i < D; ++i) oh[i] *= sigmoid(og[t * I + h * D + i]);
+        }
+    });
+  }
+  project("kda_out", l, o, T, I, K.wo, ws.tmp.data(), c.n_embd);
+}
+
+// Multi-head latent attention. The paged cache holds per position one row: the normed latent and
+// the shared rope key part, in --kv's type. Each head's query is moved into latent space (W_kb),
+// attends over the cached rows (keys and values at once), and its latent context is moved out
+// (W_vb): the absorbed form, which computes what the decompressing form of the reference computes
+// (docs/hybrid.md). No RoPE: kimi-linear applies none.
+void Pass::mla(int l) {
+  const MlaWeights& A = m.layers()[l].mla;
+  const int H = c.n_head, L = c.kv_lora, R = c.rope, KQ = c.k_mla, NOPE = c.nope(), V = c.v_mla, W = L + R;
+  const int li = c.mixer_index[l];
+  float *q = ws.q.data(), *ckv = ws.ckv.data(), *gather = ws.gather.data(), *qk = ws.qk.data(), *ctx = ws.ctx.data();
+  float* mo = ws.mo.data();
+  matmul("mla_proj", l, {{&A.wq, q, (int64_t)H * KQ}, {&A.wkv_a, ckv, W}});
+  {
+    trace::Span sp("mla_latent", "op", l, T, 8.0 * T * W, 6.0 * T * L);
+    fault::at_op("mla_latent");
+    const KvType type = kv.spec().k[li];
+    for (int t = 0; t < T; ++t) {
+      float* row = &ckv[(size_t)t * W];
+      rmsnorm(row, A.kv_norm, row, L, c.rms_eps);
+      kv_encode_row(type, row, 1, W, latent_row(li, n_past + t));
+    }
+  }
+  // qk[t][h] = [W_kb^h q_nope[t][h], q_rope[t][h]]: the query against the cached rows.
+  for (int h = 0; h < H; ++h) {
+    for (int t = 0; t < T; ++t) {
+      const float* qh = &q[((size_t)t * H + h) * KQ];
+      std::memcpy(&gather[(size_t)t * NOPE], qh, sizeof(float) * NOPE);
+      std::memcpy(&qk[((size_t)t * H + h) * W + L], qh + NOPE, sizeof(float) * R);
+    }
+    project("mla_absorb_k", l, gather, T, NOPE, A.k_b[h], qk + (size_t)h * W, (int64_t)H * W);
+  }
+  {
+    const int64_t keys = (int64_t)T * n_past + (int64_t)T * (T + 1) / 2;
+    trace::Span sp("mla_attention", "op", l, T, (double)kv_row_bytes(kv.spec().k[li], 1, W) * keys + 8.0 * T * H * W,
+                   (double)H * keys * attend_one_flops(1, W));
+    fault::at_op("mla_attention");
+    ws.cum_keys[0] = 0;
+    for (int t = 0; t < T; ++t) ws.cum_keys[t + 1] = ws.cum_keys[t] + n_past + t + 1;
+    const int max_keys = n_past + T;
+    if ((int64_t)ws.scores.size() < (int64_t)pool.size() * max_keys) ws.scores.resize((size_t)pool.size() * max_keys);
+    const float scale = 1.0f / std::sqrt((float)KQ);
+    const KvPages pages{b.blocks, kv.block_size(), kv.side(li, false, 0), kv.side(li, true, 0)};
+    pool.run([&](int th, int nt) {
+      int64_t b, e;
+      ThreadPool::split_weighted(ws.cum_keys.data(), T, H, th, nt, &b, &e);
+      float* scores = &ws.scores[(size_t)th * max_keys];
+      // The value rows are the cached rows themselves: the first L outputs are the latent context.
+      for (int64_t i = b; i < e; ++i) {
+        const int t = (int)(i / H);
+        attend_paged(&qk[i * W], pages, fault::attention_keys(n_past + t + 1), W, scale, scores, &ctx[i * W]);
+      }
+    }, "mla_attention");
+  }
+  for (int h = 0; h < H; ++h) {
+    for (int t = 0; t < T; ++t) std::memcpy(&gather[(size_t)t * L], &ctx[((size_t)t * H + h) * W], sizeof(float) * L);
+    project("mla_absorb_v", l, gather, T, L, A.v_b[h], mo + (size_t)h * V, (int64_t)H * V);
+  }
+  project("mla_out", l, mo, T, H * V, A.wo, ws.tmp.data(), c.n_embd);
+}
+
+void Pass::dense_ffn(int l) {
+  const FfnWeights& F = m.layers()[l].ffn;
+  const int ff = c.n_ff;
+  float *g = ws.g.data(), *u = ws.u.data(), *h = ws.h.data();
+  matmul("ffn_gate_up", l, {{&F.gate, g, ff}, {&F.up, u, ff}});
+  {
+    trace::Span sp("swiglu", "op", l, T, 12.0 * T * ff, 6.0 * T * ff);
+    swiglu(g, u, h, (int64_t)T * ff);
+  }
+  project("ffn_down", l, h, T, ff, F.down, ws.tmp.data(), c.n_embd);
+}
+
+// Mixture of experts: sigmoid router, top-k by score + selection bias, weights the chosen scores
+// (renormalised, scaled); the tokens are grouped by expert so each expert's matrices are read once
+// per call; plus the shared expert over every token.
+void Pass::moe(int l) {
+  const FfnWeights& F = m.layers()[l].ffn;
+  const int d = c.n_embd, E = c.n_expert, K = c.n_used, ffe = c.n_ff_exp, sh = c.n_ff_shared;
+  float *router = ws.router.data(), *g = ws.g.data(), *u = ws.u.data(), *h = ws.h.data(), *tmp = ws.tmp.data();
+  if (sh > 0) matmul("moe_router_shared", l, {{&F.router, router, E}, {&F.gate, g, sh}, {&F.up, u, sh}});
+  else matmul("moe_router_shared", l, {{&F.router, router, E}});
+  {
+    trace::Span sp("moe_route", "op", l, T, 4.0 * T * E, 8.0 * T * E);
+    fault::at_op("moe_route");
+    std::fill(ws.expert_count.begin(), ws.expert_count.end(), 0);
+    std::vector<int> order(E);
+    for (int t = 0; t < T; ++t) {
+      float* p = &router[(size_t)t * E];
+      for (int e = 0; e < E; ++e) p[e] = sigmoid(p[e]);
+      for (int e = 0; e < E; ++e) order[e] = e;
+      // Top K by p + bias, ties to the lower expert index (a stable order).
+      std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int a, int b) {
+        const float sa = p[a] + F.bias[a], sb = p[b] + F.bias[b];
+        return sa > sb || (sa == sb && a < b);
+      });
+      float sum = 0;
+      for (int j = 0; j < K; ++j) sum += p[order[j]];
+      const float norm = c.weights_norm ? 1.0f / std::max(sum, 6.103515625e-5f) : 1.0f;
+      for (int j = 0; j < K; ++j) {
+        ws.sel[(size_t)t * K + j] = order[j];
+        ws.sel_w[(size_t)t * K + j] = p[order[j]] * norm * c.weights_scale;
+        ws.expert_count[order[j]]++;
+      }
+    }
+  }
+  if (sh > 0) {
+    {
+      trace::Span sp("swiglu", "op", l, T, 12.0 * T * sh, 6.0 * T * sh);
+      swiglu(g, u, h, (int64_t)T * sh);
+    }
+    project("moe_shared_down", l, h, T, sh, F.down, tmp, d);
+  } else {
+    std::fill(tmp, tmp + (size_t)T * d, 0.0f);
+  }
+  // Each chosen expert over its tokens: gather their normed inputs, SiLU-gated FFN, weighted add.
+  float *xe = ws.xe.data(), *ye = ws.ye.data();
+  int* toks = ws.expert_tokens.data();
+  for (int e = 0; e < E; ++e) {
+    const int n = ws.expert_count[e];
+    if (n == 0) continue;
+    int ne = 0;
+    for (int i = 0; i < T * K; ++i)
+      if (ws.sel[i] == e) toks[ne++] = i;  // slot i: token i / K, weight sel_w[i]
+    for (int j = 0; j < ne; ++j) std::memcpy(&xe[(size_t)j * d], &ws.xn[(size_t)(toks[j] / K) * d], sizeof(float) * d);
+    quantize("moe_expert_gate_up", xe, ne, d, F.e_gate[e]);
+    matmul("moe_expert_gate_up", l, {{&F.e_gate[e], g, ffe}, {&F.e_up[e], u, ffe}});
+    swiglu(g, u, h, (int64_t)ne * ffe);
+    project("moe_expert_down", l, h, ne, ffe, F.e_down[e], ye, d);
+    for (int j = 0; j < ne; ++j) {
+      const float w = ws.sel_w[toks[j]];
+      float* dst = &tmp[(size_t)(toks[j] / K) * d];
+      const float* src = &ye[(size_t)j * d];
+      for (int i = 0; i < d; ++i) dst[i] += w * src[i];
+    }
+  }
+}
+
+void Pass::head(float* logits, bool all_logits) {
+  const int d = c.n_embd, n_out = all_logits ? T : 1, first = all_logits ? 0 : T - 1;
+  {
+    trace::Span sp("output_norm", "op", -1, n_out, 8.0 * n_out * d, 6.0 * n_out * d);
+    fault::at_op("output_norm");
+    for (int r = 0; r < n_out; ++r) rmsnorm(&ws.x[(size_t)(first + r) * d], m.output_norm(), &ws.xn[(size_t)r * d], d, c.rms_eps);
+  }
+  quantize("lm_head", ws.xn.data(), n_out, d, m.output());
+  matmul("lm_head", -1, {{&m.output(), logits, c.n_vocab}});
+}
+
+}  // namespace
+
+Status KimiLinearModel::forward(const ModelMemory& mem, Workspace& ws_base, const SeqBatch* seqs, int n_seqs,
+                                float* logits, ThreadPool& pool, const MatmulKernels& k) const {
+  const KimiConfig& c = cfg_;
+  KimiWorkspace& ws = static_cast<KimiWorkspace&>(ws_base);
+  fault::at_start();
+  int total = 0;
+  for (int s = 0; s < n_seqs; ++s) total += std::max(0, seqs[s].n);
+  if (total <= 0) return usage_error("no tokens to process");
+  fault::at_batch(total, pool.size());
+  const int d = c.n_embd;
+  for (int s = 0; s < n_seqs; ++s) {
+    const SeqBatch& b = seqs[s];
+    const int T = b.n;
+    if (T <= 0) continue;
+    if (T > ws.max_tokens())
+      return usage_error("batch of " + std::to_string(T) + " tokens exceeds the workspace of " +
+                         std::to_string(ws.max_tokens()));
+    float* state = reinterpret_cast<float*>(mem.state.slot(b.state_slot));
+    Pass p{*this, c, mem.kv, state, b, ws, pool, k, T, b.n_past};
+    {
+      trace::Span sp("embed", "op", -1, T, 8.0 * T * d);
+      fault::at_op("embed");
+      for (int t = 0; t < T; ++t) embed(b.tokens[t], &ws.x[(size_t)t * d]);
+    }
+    for (int l = 0; l < c.n_layer; ++l) {
+      if (fault::skip_layer(l, c.n_layer)) continue;  // the lab's skip-a-layer adversary
+      const KimiLayer& L = layers_[l];
+      if (!c.is_mla[l]) {
+        p.norm("attn_norm", l, L.attn_norm, ws.x.data(), L.kda.wq);
+        p.kda(l);
+      } else {
+        p.norm("attn_norm", l, L.attn_norm, ws.x.data(), L.mla.wq);
+        p.mla(l);
+      }
+      p.add_residual("attn_residual", l);
+      if (!c.is_moe(l)) {
+        p.norm("ffn_norm", l, L.ffn_norm, ws.x.data(), L.ffn.gate);
+        p.dense_ffn(l);
+      } else {
+        p.norm("ffn_norm", l, L.ffn_norm, ws.x.data(), L.ffn.router);
+        p.moe(l);
+      }
+      p.add_residual("ffn_residual", l);
+      if (ws.layer_out) ws.layer_out->insert(ws.layer_out->end(), ws.x.begin(), ws.x.begin() + (size_t)T * d);
+    }
+    if (b.all_logits || b.want_logits) {
+      p.head(logits, b.all_logits);
+      logits += (size_t)(b.all_logits ? T : 1) * c.n_vocab;
+    }
+  }
+  return Ok{};
+}
+
+KimiWorkspace::KimiWorkspace(const KimiConfig& c, int max_tokens_) : Workspace(max_tokens_) {
+  const size_t B = max_tokens(), d = c.n_embd, I = c.d_inner(), W = c.latent();
+  x.resize(B * d);
+  xn.resize(B * d);
+  tmp.resize(B * d);
+  if (c.n_kda > 0) {
+    for (int j = 0; j < 3; ++j) {
+      proj[j].resize(B * I);
+      conv[j].resize(B * I);
+    }
+    fa.resize(B * c.head_dim);
+    ga.resize(B * c.head_dim);
+    gate.resize(B * I);
+    og.resize(B * I);
+    beta.resize(B * c.n_head);
+    o.resize(B * I);
+  }
+  if (c.n_mla > 0) {
+    q.resize(B * c.n_head * c.k_mla);
+    ckv.resize(B * W);
+    gather.resize(B * std::max(c.nope(), c.kv_lora));
+    qk.resize(B * c.n_head * W);
+    ctx.resize(B * c.n_head * W);
+    mo.resize(B * c.n_head * c.v_mla);
+    cum_keys.resize(B + 1);
+  }
+  const size_t ff = std::max({c.n_ff, c.n_ff_exp, c.n_ff_shared});
+  g.resize(B * ff);
+  u.resize(B * ff);
+  h.resize(B * ff);
+  if (c.n_expert > 0) {
+    router.resize(B * c.n_expert);
+    sel.resize(B * c.n_used);
+    sel_w.resize(B * c.n_used);
+    expert_tokens.resize(B * c.n_used);
+    expert_count.resize(c.n_expert);
+    xe.resize(B * d);
+    ye.resize(B * d);
+  }
+}
+
+}  // namespace ouro

@@ -1,0 +1,127 @@
+// The hybrid model's per-sequence memory through SequenceState, on models/hybrid-tiny.F32 (made by
+// scripts/setup.sh): a prefill in pieces equals one prefill (the conv windows and S handed over at
+// every boundary), decode after a prefill equals the same tokens in one prefill, and the memory
+// sizes are the ones the config gives. Also the k_only layout of the paged cache the MLA rows use.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include "core/thread_pool.h"
+#include "model/memory.h"
+#include "model/model.h"
+#include "runtime/sequence.h"
+
+namespace ouro {
+namespace {
+
+const std::string kPath = std::string(OURO_SOURCE_DIR) + "/models/hybrid-tiny.F32.gguf";
+
+class HybridState : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(std::filesystem::exists(kPath)) << kPath << " is missing: scripts/make_hybrid.sh makes it";
+    auto m = Model::load(kPath, {}, Isa::kScalar, pool);
+    ASSERT_TRUE(m) << m.error().message;
+    model = std::move(*m);
+    ASSERT_EQ(model->info().arch, "kimi-linear");
+    std::mt19937 rng(7);
+    ids.resize(300);
+    for (int& t : ids) t = (int)(rng() % (uint32_t)model->info().n_vocab);
+  }
+  // Logits of every token of ids[from, from + n).
+  std::vector<float> run(SequenceState& st, int from, int n) {
+    std::vector<float> out((size_t)n * model->info().n_vocab);
+    Status s = st.forward(ids.data() + from, n, out.data(), true, pool, matmul_kernels(Isa::kScalar));
+    EXPECT_TRUE(s) << s.error().message;
+    return out;
+  }
+  static double nmse(const float* a, const float* b, size_t n) {
+    double err = 0, ref = 0;
+    for (size_t i = 0; i < n; ++i) {
+      err += (a[i] - b[i]) * (double)(a[i] - b[i]);
+      ref += b[i] * (double)b[i];
+    }
+    return err / ref;
+  }
+  ThreadPool pool{2};
+  std::unique_ptr<Model> model;
+  std::vector<int> ids;
+};
+
+TEST_F(HybridState, PiecesEqualOneCallAtEveryBoundary) {
+  const size_t nv = model->info().n_vocab;
+  SequenceState one(*model, 512, 512);
+  const std::vector<float> whole = run(one, 0, 300);
+  // 300 tokens as 64-token chunks inside one call, and as calls of 1, 2, 3, 5, 150, 139 tokens:
+  // every split point before, at and after the conv window of 3 inputs.
+  SequenceState chunked(*model, 512, 64);
+  EXPECT_LT(nmse(run(chunked, 0, 300).data(), whole.data(), whole.size()), 1e-10);
+  SequenceState pieces(*model, 512, 512);
+  int at = 0;
+  for (int n : {1, 2, 3, 5, 150, 139}) {
+    const std::vector<float> part = run(pieces, at, n);
+    EXPECT_LT(nmse(part.data(), whole.data() + at * nv, part.size()), 1e-10) << "call at " << at << " of " << n;
+    at += n;
+  }
+  EXPECT_EQ(pieces.n_past(), 300);
+}
+
+TEST_F(HybridState, DecodeAfterPrefillEqualsOnePrefill) {
+  const size_t nv = model->info().n_vocab;
+  SequenceState one(*model, 512, 512);
+  const std::vector<float> whole = run(one, 0, 40);
+  SequenceState dec(*model, 512, 512);
+  run(dec, 0, 30);
+  for (int t = 30; t < 40; ++t) {
+    const std::vector<float> row = run(dec, t, 1);
+    EXPECT_LT(nmse(row.data(), whole.data() + t * nv, nv), 1e-10) << "decode step at " << t;
+  }
+}
+
+TEST_F(HybridState, TruncateResetsTheRecurrentState) {
+  SequenceState st(*model, 512, 512);
+  const std::vector<float> first = run(st, 0, 20);
+  st.truncate(10);  // a recurrent state cannot go back 10 tokens: the sequence starts over
+  EXPECT_EQ(st.n_past(), 0);
+  EXPECT_EQ(run(st, 0, 20), first);  // the same state and arithmetic: bit-identical
+}
+
+TEST_F(HybridState, MemorySizesAreTheConfigs) {
+  // hybrid-tiny: two MLA layers of kv_lora 64 + rope 16 values, one row per position (no V rows);
+  // six KDA layers of 2 heads x 128 with conv 4: 6 x (3 x 3 x 256 + 2 x 128 x 128) floats.
+  SequenceState st(*model, 512, 512);
+  EXPECT_EQ(st.kv_bytes_per_token(), 4u * 2 * 80);
+  EXPECT_EQ(st.state_bytes(), 4u * 6 * (3 * 3 * 256 + 2 * 128 * 128));
+  KvSpec int8;
+  int8.k.assign(2, KvType::kInt8);
+  int8.v.assign(2, KvType::kF32);
+  EXPECT_EQ(model->kv_bytes_per_token(int8), 2u * (80 + 4));  // int8 values and one scale per row
+}
+
+TEST(KOnlyLayout, OneRowServesAsKeyAndValue) {
+  const KvLayout layout{2, 1, 80, true};
+  KvSpec spec;
+  spec.k = {KvType::kBF16, KvType::kInt8};
+  spec.v = {KvType::kF32, KvType::kF32};  // what --kv k=... leaves: V follows K
+  EXPECT_TRUE(PagedKvCache::check_spec(layout, spec));
+  PagedKvCache kv(layout, spec, 3, 16);
+  EXPECT_EQ(PagedKvCache::bytes_per_token(layout, spec), 80u * 2 + 80 + 4);
+  for (int l = 0; l < 2; ++l) {
+    const KvSide k = kv.side(l, false, 0), v = kv.side(l, true, 0);
+    EXPECT_EQ(k.base, v.base);
+    EXPECT_EQ(k.type, v.type);
+    EXPECT_EQ(k.row_bytes, v.row_bytes);
+    EXPECT_EQ(kv.row(l, false, 2, 5), kv.row(l, true, 2, 5));
+  }
+  EXPECT_NE(kv.row(0, false, 0, 0), kv.row(1, false, 0, 0));
+  spec.v = {KvType::kFP8, KvType::kInt8};  // a V type of its own cannot be honoured
+  const Status s = PagedKvCache::check_spec(layout, spec);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("one latent row per position"), std::string::npos) << s.error().message;
+  EXPECT_TRUE(PagedKvCache::check_spec({2, 1, 80, false}, spec));  // an ordinary layout takes any types
+}
+
+}  // namespace
+}  // namespace ouro

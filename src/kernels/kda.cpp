@@ -1,5 +1,5 @@
-// Scalar KDA kernels (kernels/kda.h). The loops are written so the compiler vectorises the inner
-// dv / dk dimension; hand-written AVX2 / AVX-512 paths come through the lab (issue 16's specs).
+// Scalar KDA kernels (kernels/kda.h): the reference the vector families are tested against, and
+// the family `--isa scalar` runs. Plain loops in the order the equations are written.
 #include "kernels/kda.h"
 
 #include <algorithm>
@@ -169,7 +169,12 @@ void short_conv_silu(const float* x, int64_t x_stride, int64_t T, int channels, 
       yt[c] = s / (1.0f + std::exp(-s));
     }
   }
-  // The new window: the last W inputs of (old window ++ x).
+  short_conv_window_update(x, x_stride, T, channels, K, window);
+}
+
+void short_conv_window_update(const float* x, int64_t x_stride, int64_t T, int channels, int K, float* window) {
+  const int W = K - 1;
+  if (W <= 0) return;
   if (T >= W) {
     for (int i = 0; i < W; ++i)
       std::copy(x + (T - W + i) * x_stride, x + (T - W + i) * x_stride + channels, window + (int64_t)i * channels);
@@ -204,6 +209,20 @@ void l2norm_inplace(float* x, int n, float eps) {
   for (int i = 0; i < n; ++i) s += x[i] * x[i];
   const float r = 1.0f / std::max(std::sqrt(s), eps);
   for (int i = 0; i < n; ++i) x[i] *= r;
+}
+
+const KdaKernels& kda_kernels_scalar() {
+  static const KdaKernels k{"scalar", &kda_recurrent, &short_conv_silu, &l2norm_inplace};
+  return k;
+}
+
+const KdaKernels& kda_kernels(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512: return kda_kernels_avx512();
+    case Isa::kAvx2: return kda_kernels_avx2();
+    case Isa::kScalar: break;
+  }
+  return kda_kernels_scalar();
 }
 
 }  // namespace ouro

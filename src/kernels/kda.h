@@ -11,8 +11,15 @@
 //   whatever the gate. The same result within fp32 rounding (tests/unit/kda_test.cpp).
 // Both carry S across calls: two calls over T1 then T2 tokens equal one call over T1 + T2.
 // Plain functions over plain memory; the caller splits heads across threads.
+//
+// The functions below are the scalar reference. KdaKernels is a family of the ops the forward pass
+// calls (recurrent step, short conv + SiLU, L2 norm), picked once per run by ISA as the matmul
+// family is: scalar (these), AVX2 (kda_avx2.cpp) and AVX-512 (kda_avx512.cpp), each tested against
+// the scalar one at odd shapes (tests/unit/kda_test.cpp).
 #pragma once
 #include <cstdint>
+
+#include "core/cpu.h"
 
 namespace ouro {
 
@@ -44,6 +51,23 @@ void short_conv_silu(const float* x, int64_t x_stride, int64_t T, int channels, 
 // x <- x / max(||x||, eps) over n values: ggml's l2_norm, which llama.cpp's kimi-linear uses (FLA
 // puts the epsilon inside the square root instead; docs/hybrid.md).
 void l2norm_inplace(float* x, int n, float eps);
+
+// The window update of short_conv_silu alone: `window` ([K-1][channels]) left holding the last K-1
+// rows of (window ++ x[0..T)). Shared by every family.
+void short_conv_window_update(const float* x, int64_t x_stride, int64_t T, int channels, int K, float* window);
+
+// A family. Limits of the vector ones: dk <= 1024 and K <= 64 (the kimi-linear loader's bounds).
+struct KdaKernels {
+  const char* name;
+  void (*recurrent)(const KdaHead& h, int64_t T, int dk, int dv, float scale, float* S);
+  void (*conv_silu)(const float* x, int64_t x_stride, int64_t T, int channels, const float* w, int K, float* window,
+                    float* y, int64_t y_stride);
+  void (*l2norm)(float* x, int n, float eps);
+};
+const KdaKernels& kda_kernels(Isa isa);
+const KdaKernels& kda_kernels_scalar();
+const KdaKernels& kda_kernels_avx2();
+const KdaKernels& kda_kernels_avx512();
 
 // FLOPs of one head over T tokens, counting an exp as one: recurrent per token decay (dk*dv),
 // prediction, write and read (2*dk*dv each), plus the vectors; chunked as its five steps do them.

@@ -109,7 +109,7 @@ void Pass::kda(int l) {
     fault::at_op("kda_conv");
     parallel_ranges(pool, 3, "kda_conv", [&](int64_t b, int64_t e) {
       for (int64_t j = b; j < e; ++j)
-        short_conv_silu(proj[j], I, T, I, K.conv[j], c.d_conv, conv_window(li, (int)j), qkv[j], I);
+        m.kda_kernels().conv_silu(proj[j], I, T, I, K.conv[j], c.d_conv, conv_window(li, (int)j), qkv[j], I);
     }, T >= 4 ? 2 : 4);
   }
   {
@@ -118,8 +118,8 @@ void Pass::kda(int l) {
     parallel_ranges(pool, T, "kda_gates", [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t) {
         for (int h = 0; h < H; ++h) {
-          l2norm_inplace(&qkv[0][t * I + h * D], D, c.rms_eps);
-          l2norm_inplace(&qkv[1][t * I + h * D], D, c.rms_eps);
+          m.kda_kernels().l2norm(&qkv[0][t * I + h * D], D, c.rms_eps);
+          m.kda_kernels().l2norm(&qkv[1][t * I + h * D], D, c.rms_eps);
           beta[t * H + h] = sigmoid(beta[t * H + h]);
         }
         for (int i = 0; i < I; ++i) gate[t * I + i] = K.a[i / D] * softplus(gate[t * I + i] + K.dt_bias[i]);
@@ -138,7 +138,7 @@ void Pass::kda(int l) {
         hd.g = gate + h * D, hd.beta = beta + h, hd.o = o + h * D;
         hd.qk_stride = hd.v_stride = hd.g_stride = hd.o_stride = I;
         hd.beta_stride = H;
-        kda_recurrent(hd, T, D, D, scale, kda_S(li) + h * D * D);
+        m.kda_kernels().recurrent(hd, T, D, D, scale, kda_S(li) + h * D * D);
       }
     }, 2);
   }

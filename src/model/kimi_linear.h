@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/kda.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "model/model.h"
@@ -115,12 +116,15 @@ class KimiLinearModel final : public Model {
   const PackedMatrix& output() const { return tied_ ? embd_ : output_; }
   // Dequantizes row `token` of the embedding into out[n_embd].
   void embed(int token, float* out) const;
+  // The KDA kernel family of the ISA the model was loaded for.
+  const KdaKernels& kda_kernels() const { return *kda_; }
 
  private:
   std::unique_ptr<GgufFile> file_;
   std::string weights_desc_ = "native";
   ModelInfo info_;
   KimiConfig cfg_;
+  const KdaKernels* kda_ = nullptr;
   std::vector<KimiLayer> layers_;
   const GgufTensorInfo* embd_info_ = nullptr;
   PackedMatrix embd_, output_;

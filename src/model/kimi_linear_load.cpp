@@ -161,8 +161,9 @@ Status read_config(const Loader& ld, KimiConfig& c) {
 }  // namespace
 
 Expected<std::unique_ptr<Model>> KimiLinearModel::load(std::unique_ptr<GgufFile> file, const WeightRequest& wr,
-                                                       Isa /*isa*/, ThreadPool& /*pool*/) {
+                                                       Isa isa, ThreadPool& /*pool*/) {
   std::unique_ptr<KimiLinearModel> m(new KimiLinearModel());
+  m->kda_ = &ouro::kda_kernels(isa);
   m->file_ = std::move(file);
   const GgufFile& f = *m->file_;
   const std::string& path = f.path();

@@ -408,7 +408,7 @@ _ref_lock = threading.Lock()
 
 def reference(ouro_bin, model_path, prompt, n, chat=True, system=None):
     """Greedy output of the one-stream CLI: `ouro generate [--chat] -p PROMPT --temp 0 -n N --json`."""
-    key = (prompt, n, chat, system)
+    key = (str(model_path), prompt, n, chat, system)
     with _ref_lock:
         if key in _ref_cache:
             return _ref_cache[key]

@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "core/cpu.h"
 #include "kernels/kda.h"
 
 using namespace ouro;
@@ -214,4 +215,93 @@ TEST(Kda, L2NormEpsilonIsAFloorOnTheNorm) {
   std::vector<float> z = {0, 0, 0};
   l2norm_inplace(z.data(), 3, 1e-6f);
   for (float a : z) EXPECT_EQ(a, 0.0f);
+}
+
+// ---- the vector families against the scalar reference, at odd shapes, on every ISA the CPU has
+
+namespace {
+
+std::vector<const KdaKernels*> vector_families() {
+  std::vector<const KdaKernels*> f;
+  if (isa_supported(Isa::kAvx2)) f.push_back(&kda_kernels_avx2());
+  if (isa_supported(Isa::kAvx512)) f.push_back(&kda_kernels_avx512());
+  return f;
+}
+
+}  // namespace
+
+TEST(KdaFamilies, DispatchPicksTheFamilyOfTheIsa) {
+  EXPECT_STREQ(kda_kernels(Isa::kScalar).name, "scalar");
+  EXPECT_STREQ(kda_kernels(Isa::kAvx2).name, "avx2");
+  EXPECT_STREQ(kda_kernels(Isa::kAvx512).name, "avx512");
+  EXPECT_FALSE(vector_families().empty()) << "the build's floor is AVX2";
+}
+
+TEST(KdaFamilies, RecurrentMatchesScalarAtOddShapes) {
+  for (const KdaKernels* fam : vector_families()) {
+    for (auto [T, dk, dv] : {std::tuple{5, 1, 3}, {9, 7, 9}, {17, 33, 17}, {37, 128, 128}, {3, 130, 131}, {64, 16, 16}}) {
+      Inputs in(T, dk, dv, 21 + T + dk);
+      const float scale = 1.0f / std::sqrt((float)dk);
+      std::vector<float> S0(dk * dv), S1, o0(T * dv), o1(T * dv, 7.0f);
+      std::mt19937 rng(dk);
+      std::normal_distribution<float> nd(0, 0.1f);
+      for (auto& x : S0) x = nd(rng);  // a state carried from an earlier call
+      S1 = S0;
+      kda_recurrent(in.head(o0.data()), T, dk, dv, scale, S0.data());
+      fam->recurrent(in.head(o1.data()), T, dk, dv, scale, S1.data());
+      EXPECT_LT(max_abs_diff(o1, o0), 1e-5) << fam->name << " T " << T << " dk " << dk << " dv " << dv;
+      EXPECT_LT(max_abs_diff(S1, S0), 1e-5) << fam->name << " T " << T << " dk " << dk << " dv " << dv;
+    }
+  }
+}
+
+TEST(KdaFamilies, ConvSiluMatchesScalarAtOddShapesAndSplits) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0, 3.0f);  // sums well past |s| = 10, both signs
+  for (const KdaKernels* fam : vector_families()) {
+    for (int C : {1, 7, 8, 9, 17, 33, 256}) {
+      for (int K : {1, 2, 4}) {
+        const int T = 19, stride = C + 5;  // rows wider than the channels, as in a fused projection
+        std::vector<float> x(T * stride), w(C * K), win0((K - 1) * C);
+        for (auto& a : x) a = nd(rng);
+        for (auto& a : w) a = nd(rng) / 3;
+        for (auto& a : win0) a = nd(rng);
+        for (int split : {0, 1, 2, 7, T}) {
+          std::vector<float> wa = win0, wb = win0, ya(T * C), yb(T * C);
+          short_conv_silu(x.data(), stride, split, C, w.data(), K, wa.data(), ya.data(), C);
+          short_conv_silu(x.data() + split * stride, stride, T - split, C, w.data(), K, wa.data(), ya.data() + split * C, C);
+          fam->conv_silu(x.data(), stride, split, C, w.data(), K, wb.data(), yb.data(), C);
+          fam->conv_silu(x.data() + split * stride, stride, T - split, C, w.data(), K, wb.data(), yb.data() + split * C, C);
+          double rel = 0;
+          for (size_t i = 0; i < ya.size(); ++i) rel = std::max(rel, std::abs(ya[i] - yb[i]) / (1.0 + std::abs(ya[i])));
+          EXPECT_LT(rel, 2e-6) << fam->name << " C " << C << " K " << K << " split " << split;
+          EXPECT_EQ(wa, wb) << fam->name << " C " << C << " K " << K << " split " << split;
+        }
+      }
+    }
+    // Far outside the polynomial's comfort: silu(+-100) = 100 and -0, never inf or NaN.
+    std::vector<float> x = {100.0f, -100.0f, 0.0f}, w = {1, 1, 1}, y(3), win;
+    fam->conv_silu(x.data(), 3, 1, 3, w.data(), 1, win.data(), y.data(), 3);
+    EXPECT_FLOAT_EQ(y[0], 100.0f) << fam->name;
+    EXPECT_NEAR(y[1], 0.0f, 1e-30) << fam->name;
+    EXPECT_EQ(y[2], 0.0f) << fam->name;
+  }
+}
+
+TEST(KdaFamilies, L2NormMatchesScalar) {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd(0, 1);
+  for (const KdaKernels* fam : vector_families()) {
+    for (int n : {1, 7, 15, 16, 17, 128, 129}) {
+      std::vector<float> a(n);
+      for (auto& v : a) v = nd(rng);
+      std::vector<float> b = a;
+      l2norm_inplace(a.data(), n, 1e-5f);
+      fam->l2norm(b.data(), n, 1e-5f);
+      EXPECT_LT(max_abs_diff(a, b), 1e-6) << fam->name << " n " << n;
+    }
+    std::vector<float> y = {3, 4};
+    fam->l2norm(y.data(), 2, 10.0f);  // the floor
+    EXPECT_FLOAT_EQ(y[0], 0.3f) << fam->name;
+  }
 }

@@ -27,7 +27,7 @@ class HybridState : public ::testing::Test {
     model = std::move(*m);
     ASSERT_EQ(model->info().arch, "kimi-linear");
     std::mt19937 rng(7);
-    ids.resize(300);
+    ids.resize(1000);
     for (int& t : ids) t = (int)(rng() % (uint32_t)model->info().n_vocab);
   }
   // Logits of every token of ids[from, from + n).
@@ -66,6 +66,17 @@ TEST_F(HybridState, PiecesEqualOneCallAtEveryBoundary) {
     at += n;
   }
   EXPECT_EQ(pieces.n_past(), 300);
+}
+
+TEST_F(HybridState, Prefill700Then300EqualsOne1000) {
+  const size_t nv = model->info().n_vocab;
+  SequenceState one(*model, 1024, 512);  // 1,000 tokens in one call (chunks of 512 + 488 inside)
+  const std::vector<float> whole = run(one, 0, 1000);
+  SequenceState two(*model, 1024, 512);
+  run(two, 0, 700);
+  const std::vector<float> tail = run(two, 700, 300);
+  EXPECT_LT(nmse(tail.data(), whole.data() + 700 * nv, tail.size()), 1e-10);
+  EXPECT_EQ(two.n_past(), 1000);
 }
 
 TEST_F(HybridState, DecodeAfterPrefillEqualsOnePrefill) {

@@ -245,26 +245,30 @@ void attend_typed(const float* q, const KvPages& pg, int64_t n_keys, int hd, flo
       scores[p0 + i] = dot_row<KT>(q, r + K.data_off, hd) * (kv_scale_of<KT>(r, K) * scale);
   });
   softmax_inplace(scores, n_keys);
+  // The weighted sum of the value rows, 256 columns at a time (32 registers of accumulators): one
+  // chunk for heads up to 256 values, several for wider rows (MLA's latent rows).
   constexpr int veb = (int)kv_elem_bytes(VT);
-  __m256 acc[32];
-  const int nv = hd / 8;
-  for (int c = 0; c < nv; ++c) acc[c] = _mm256_setzero_ps();
-  for_blocks([&](int64_t p0, int64_t n, int blk) {
-    const uint8_t* r = V.base + (int64_t)blk * V.block_bytes;
-    for (int64_t i = 0; i < n; ++i, r += V.row_bytes) {
-      const __m256 w = _mm256_set1_ps(scores[p0 + i] * kv_scale_of<VT>(r, V));
-      const uint8_t* vp = r + V.data_off;
-      int c = 0;
-      for (; c + 2 <= nv; c += 2) {
-        __m256 lo, hi;
-        load16<VT>(vp + 8 * c * veb, &lo, &hi);
-        acc[c] = _mm256_fmadd_ps(w, lo, acc[c]);
-        acc[c + 1] = _mm256_fmadd_ps(w, hi, acc[c + 1]);
+  for (int c0 = 0; c0 < hd; c0 += 256) {
+    __m256 acc[32];
+    const int nv = std::min(256, hd - c0) / 8;
+    for (int c = 0; c < nv; ++c) acc[c] = _mm256_setzero_ps();
+    for_blocks([&](int64_t p0, int64_t n, int blk) {
+      const uint8_t* r = V.base + (int64_t)blk * V.block_bytes;
+      for (int64_t i = 0; i < n; ++i, r += V.row_bytes) {
+        const __m256 w = _mm256_set1_ps(scores[p0 + i] * kv_scale_of<VT>(r, V));
+        const uint8_t* vp = r + V.data_off + (int64_t)c0 * veb;
+        int c = 0;
+        for (; c + 2 <= nv; c += 2) {
+          __m256 lo, hi;
+          load16<VT>(vp + 8 * c * veb, &lo, &hi);
+          acc[c] = _mm256_fmadd_ps(w, lo, acc[c]);
+          acc[c + 1] = _mm256_fmadd_ps(w, hi, acc[c + 1]);
+        }
+        if (c < nv) acc[c] = _mm256_fmadd_ps(w, load8<VT>(vp + 8 * c * veb), acc[c]);
       }
-      if (c < nv) acc[c] = _mm256_fmadd_ps(w, load8<VT>(vp + 8 * c * veb), acc[c]);
-    }
-  });
-  for (int c = 0; c < nv; ++c) _mm256_storeu_ps(out + 8 * c, acc[c]);
+    });
+    for (int c = 0; c < nv; ++c) _mm256_storeu_ps(out + c0 + 8 * c, acc[c]);
+  }
 }
 
 template <KvType KT>
@@ -280,7 +284,7 @@ void attend_k(const float* q, const KvPages& pg, int64_t n_keys, int hd, float s
 }  // namespace
 
 void attend_paged(const float* q, const KvPages& pg, int64_t n_keys, int hd, float scale, float* scores, float* out) {
-  if (hd % 8 != 0 || hd > 256) return attend_generic(q, pg, n_keys, hd, scale, scores, out);
+  if (hd % 8 != 0) return attend_generic(q, pg, n_keys, hd, scale, scores, out);
   switch (pg.k.type) {
     case KvType::kF32: return attend_k<KvType::kF32>(q, pg, n_keys, hd, scale, scores, out);
     case KvType::kBF16: return attend_k<KvType::kBF16>(q, pg, n_keys, hd, scale, scores, out);

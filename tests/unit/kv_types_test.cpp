@@ -497,7 +497,7 @@ TEST(AttendPaged, EveryTypePairMatchesDoubleReference) {
   std::mt19937 rng(77);
   for (KvType kt : kAllTypes)
     for (KvType vt : kAllTypes)
-      for (int hd : {64, 12, 40, 8})
+      for (int hd : {64, 12, 40, 8, 264, 576})  // wider than 256: MLA latent rows, in column chunks
         for (int n : {1, 15, 16, 17, 70}) {
           SCOPED_TRACE(::testing::Message() << kv_type_name(kt) << "/" << kv_type_name(vt) << " hd " << hd << " n " << n);
           check_attend(kt, vt, hd, n, rng);

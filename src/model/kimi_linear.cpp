@@ -242,7 +242,7 @@ void Pass::moe(int l) {
     trace::Span sp("moe_route", "op", l, T, 4.0 * T * E, 8.0 * T * E);
     fault::at_op("moe_route");
     std::fill(ws.expert_count.begin(), ws.expert_count.end(), 0);
-    std::vector<int> order(E);
+    std::vector<int>& order = ws.order;
     for (int t = 0; t < T; ++t) {
       float* p = &router[(size_t)t * E];
       for (int e = 0; e < E; ++e) p[e] = sigmoid(p[e]);
@@ -396,6 +396,7 @@ KimiWorkspace::KimiWorkspace(const KimiConfig& c, int max_tokens_) : Workspace(m
     sel_w.resize(B * c.n_used);
     expert_tokens.resize(B * c.n_used);
     expert_count.resize(c.n_expert);
+    order.resize(c.n_expert);
     xe.resize(B * d);
     ye.resize(B * d);
   }

@@ -86,7 +86,7 @@ class KimiWorkspace : public Workspace {
   std::vector<float> proj[3], conv[3], fa, ga, gate, og, beta, o;  // KDA
   std::vector<float> q, ckv, gather, qk, ctx, mo, scores;          // MLA
   std::vector<float> router, xe, g, u, h, ye;                      // FFN / MoE
-  std::vector<int> sel, expert_tokens, expert_count;
+  std::vector<int> sel, expert_tokens, expert_count, order;
   std::vector<float> sel_w;
   std::vector<int64_t> cum_keys;
   QuantActs qa;

@@ -18,17 +18,6 @@ namespace ouro {
 // The arithmetic a matmul's FLOPs run in (traces compare them with that peak).
 static const char* precision_of(const PackedMatrix& W) { return W.kind == PackedKind::kRows ? nullptr : "int8"; }
 
-// Runs fn(t0, t1) over token ranges: inline for a few tokens (decode), else across the pool.
-template <typename Fn>
-static void for_tokens(ThreadPool& pool, int T, const char* region, Fn&& fn) {
-  if (T < 4 || pool.size() == 1) { fn(0, T); return; }
-  pool.run([&](int t, int nt) {
-    int64_t b, e;
-    ThreadPool::split(T, t, nt, 1, &b, &e);
-    if (b < e) fn((int)b, (int)e);
-  }, region);
-}
-
 Status LlamaModel::forward(const ModelMemory& mem, Workspace& ws_base, const SeqBatch* seqs, int n_seqs, float* logits,
                            ThreadPool& pool, const MatmulKernels& k) const {
   const LlamaModel& m = *this;
@@ -88,7 +77,7 @@ Status LlamaModel::forward(const ModelMemory& mem, Workspace& ws_base, const Seq
     fault::at_op(name);
     qa_.resize(T, cols, wants_per_token(consumer));
     qa_.x = xn_.data();
-    for_tokens(pool, T, name, [&](int t0, int t1) {
+    parallel_ranges(pool, T, name, [&](int64_t t0, int64_t t1) {
       for (int t = t0; t < t1; ++t) rmsnorm(src + (size_t)t * cols, weight, &xn_[(size_t)t * cols], cols, c.rms_eps);
       quantize_acts(xn_.data(), t0, t1, qa_);
     });
@@ -102,7 +91,7 @@ Status LlamaModel::forward(const ModelMemory& mem, Workspace& ws_base, const Seq
   auto quantize_only = [&](const char* region, const float* src, int cols, const PackedMatrix& consumer) {
     qa_.resize(T, cols, wants_per_token(consumer));
     qa_.x = src;
-    for_tokens(pool, T, region, [&](int t0, int t1) { quantize_acts(src, t0, t1, qa_); });
+    parallel_ranges(pool, T, region, [&](int64_t t0, int64_t t1) { quantize_acts(src, t0, t1, qa_); });
   };
   // One traced matmul op: quantize its input (unless already done), then all jobs in one region.
   auto matmul_op = [&](const char* name, int layer, const MatmulJob* jobs, int n) {
@@ -126,7 +115,7 @@ Status LlamaModel::forward(const ModelMemory& mem, Workspace& ws_base, const Seq
     {
     trace::Span sp("rope_kv", "op", l, T, 4.0 * T * (q_dim + 3.0 * kv_dim), 6.0 * T * (q_dim + kv_dim));
     fault::at_op("rope_kv");
-    for_tokens(pool, T, "rope_kv", [&](int t0, int t1) {
+    parallel_ranges(pool, T, "rope_kv", [&](int64_t t0, int64_t t1) {
       for (int t = t0; t < t1; ++t) {
         rope_inplace(&q_[(size_t)t * q_dim], nh, hd, pos[t], w.rope_inv_freq.data());
         rope_inplace(&k_[(size_t)t * kv_dim], nkv, hd, pos[t], w.rope_inv_freq.data());
@@ -178,7 +167,7 @@ Status LlamaModel::forward(const ModelMemory& mem, Workspace& ws_base, const Seq
     {
       trace::Span sp("swiglu", "op", l, T, 12.0 * T * ff, 6.0 * T * ff);
       fault::at_op("swiglu");
-      for_tokens(pool, T, "swiglu", [&](int t0, int t1) {
+      parallel_ranges(pool, T, "swiglu", [&](int64_t t0, int64_t t1) {
         swiglu(&g_[(size_t)t0 * ff], &u_[(size_t)t0 * ff], &h_[(size_t)t0 * ff], (int64_t)(t1 - t0) * ff);
       });
     }

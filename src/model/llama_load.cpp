@@ -17,19 +17,6 @@ namespace ouro {
 
 namespace {
 
-Expected<const GgufTensorInfo*> get_tensor(const GgufFile& f, const std::string& name, std::vector<int64_t> ne,
-                                           bool must_be_f32 = false) {
-  return gguf_tensor(f, name, ne, must_be_f32);
-}
-
-Expected<uint64_t> get_hparam(const GgufFile& f, const std::string& key, uint64_t lo, uint64_t hi) {
-  return gguf_uint_in(f, key, lo, hi);
-}
-
-}  // namespace
-
-namespace {
-
 enum W8Op { kOpQkv, kOpO, kOpGateUp, kOpDown, kOpHead, kNumW8Ops };
 const char* const kW8OpNames[kNumW8Ops] = {"qkv", "o", "gate_up", "down", "head"};
 
@@ -105,13 +92,13 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load_with(std::unique_ptr<Gguf
       {"llama.context_length", &c.n_ctx_train, 1, 1 << 24},
   };
   for (auto& h : hp) {
-    auto v = get_hparam(f, h.key, h.lo, h.hi);
+    auto v = gguf_uint_in(f, h.key, h.lo, h.hi);
     if (!v) return v.error();
     *h.dst = (int)*v;
   }
   c.n_head_kv = c.n_head;
   if (f.find("llama.attention.head_count_kv")) {
-    auto v = get_hparam(f, "llama.attention.head_count_kv", 1, (uint64_t)c.n_head);
+    auto v = gguf_uint_in(f, "llama.attention.head_count_kv", 1, (uint64_t)c.n_head);
     if (!v) return v.error();
     c.n_head_kv = (int)*v;
   }
@@ -125,7 +112,7 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load_with(std::unique_ptr<Gguf
     return runtime_error(path + ": head dimension " + std::to_string(c.head_dim) + " is unsupported (even, <= 256)");
   c.rope_dim = c.head_dim;
   if (f.find("llama.rope.dimension_count")) {
-    auto v = get_hparam(f, "llama.rope.dimension_count", 2, (uint64_t)c.head_dim);
+    auto v = gguf_uint_in(f, "llama.rope.dimension_count", 2, (uint64_t)c.head_dim);
     if (!v) return v.error();
     if ((int)*v != c.head_dim) return runtime_error(path + ": partial RoPE (rope.dimension_count != head dim) is unsupported");
     c.rope_dim = (int)*v;
@@ -168,7 +155,7 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load_with(std::unique_ptr<Gguf
   // smooth: SmoothQuant column factors for a W8A8 matrix (nullptr: none).
   auto pack = [&](const std::string& name, int64_t cols, int64_t rows, PackedMatrix* out, bool w8 = false,
                   const float* smooth = nullptr) -> Status {
-    auto t = get_tensor(f, name, {cols, rows});
+    auto t = gguf_tensor(f, name, {cols, rows});
     if (!t) return t.error();
     if (w8) {
       if (!type_traits((*t)->type)) return runtime_error(path + ": tensor '" + name + "' has an unsupported type");
@@ -180,7 +167,7 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load_with(std::unique_ptr<Gguf
     return Ok{};
   };
   auto norm = [&](const std::string& name, const float** out) -> Status {
-    auto t = get_tensor(f, name, {d}, true);
+    auto t = gguf_tensor(f, name, {d}, true);
     if (!t) return t.error();
     if ((uintptr_t)(*t)->data % alignof(float) != 0) return runtime_error(path + ": tensor '" + name + "' is misaligned");
     *out = reinterpret_cast<const float*>((*t)->data);

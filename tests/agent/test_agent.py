@@ -4,7 +4,10 @@
     Ouro's own code) that returns in turn a good proposal, a harmful one, one whose diff edits a
     criteria file, and invalid JSON twice: the temporary ledger shows accept, reject (with
     reasons), refused (nothing ran), skipped (after one retry the stub saw), and the account; the
-    ledger verifies and the ledger tools read the new record kinds.
+    ledger verifies and the ledger tools read the new record kinds. The good and the harmful
+    proposal switch the kernels between scalar and the host's vector ISA on hybrid-tiny (about
+    30x either way on any host with AVX2), never a lever whose effect depends on the host: two
+    threads are not faster on a host whose two CPUs are busy or are one core's two hyperthreads.
 (b) `--policy tune` on threads {1,2} x kv {f32,int8} at a depth where the KV type matters: an
     exhaustive sweep with `ouro bench --json` in the test itself says which configuration is
     fastest; the agent's final configuration is within noise of it, and it measured fewer
@@ -106,14 +109,19 @@ CRITERIA_EDIT = textwrap.dedent("""\
     """)
 
 
-def test_scripted_llm_outcomes_are_recorded(abs_bin, model_path, cache_home, tmp_path):
+# The lever of the scripted and the target tests: hybrid-tiny's scalar kernels against the host's
+# vector ones is a ~30x difference on every host the suite runs on, and a run takes a second.
+TINY = ROOT / "models" / "hybrid-tiny.F32.gguf"
+
+
+def test_scripted_llm_outcomes_are_recorded(abs_bin, cache_home, tmp_path):
     """Good (accept), harmful (reject with reasons), criteria-editing (refused, never run), invalid
     JSON twice (asked again once, then skipped); each is a ledger record, then the account."""
     ledger = tmp_path / "ledger.jsonl"
     replies = [
-        proposal("Two threads split every matmul and attention across both cores.", {"threads": 2},
-                 effect="prefill and decode up to ~1.8x, identical outputs"),
-        proposal("One thread avoids synchronisation.", {"threads": 1}),
+        proposal("The host's vector kernels replace the scalar ones.", {"isa": "auto"},
+                 effect="prefill and decode many times faster, identical greedy outputs"),
+        proposal("Scalar kernels avoid wide registers.", {"isa": "scalar"}),
         proposal("Loosen the speed-up criterion.", {}, diff=CRITERIA_EDIT),
         "Sure! Here is my proposal: {threads: 2",      # not JSON
         json.dumps({"hypothesis": 1, "level": "engine"}),  # JSON, wrong schema
@@ -121,7 +129,7 @@ def test_scripted_llm_outcomes_are_recorded(abs_bin, model_path, cache_home, tmp
     with ScriptedLLM(replies) as llm:
         p = ouro(abs_bin, cache_home, "agent", "--goal", "raise prefill and decode throughput", "--criteria", "engine-speedup",
                  "--llm", llm.url, "--llm-model", "stub-model", "--llm-key", "sk-test", "--budget", "4", "--json",
-                 "--base-args", "-t 1", "-m", model_path, "--prompt-len", "64", "--gen-len", "16", "--repeats", "3",
+                 "--base-args", "-t 1 --isa scalar", "-m", TINY, "--prompt-len", "64", "--gen-len", "16", "--repeats", "3",
                  "--bin", abs_bin, "--ledger", ledger, "--quiet-wait", "5")
     assert p.returncode == 0, p.stderr
     print(f"agent with the scripted LLM: {p.elapsed:.1f} s")
@@ -135,7 +143,7 @@ def test_scripted_llm_outcomes_are_recorded(abs_bin, model_path, cache_home, tmp
     assert rf["type"] == "json_schema" and rf["json_schema"]["strict"] is True
     assert rf["json_schema"]["schema"]["properties"]["level"]["enum"] == ["kernel", "op", "engine", "serve"]
     prompt = "\n".join(m["content"] for m in first["messages"])
-    assert "roofline verdict" in prompt and "engine-speedup" in prompt and "--threads 1" in prompt
+    assert "roofline verdict" in prompt and "engine-speedup" in prompt and "--threads 1 --isa scalar" in prompt
     second = "\n".join(m["content"] for m in llm.requests[1]["body"]["messages"])
     assert "verdict accept" in second  # step 1's verdict was fed back
     retry = llm.requests[4]["body"]["messages"]
@@ -146,7 +154,7 @@ def test_scripted_llm_outcomes_are_recorded(abs_bin, model_path, cache_home, tmp
     steps = [r for r in recs if r.get("kind") == "agent-step"]
     assert [r["verdict"] for r in runs] == ["accept", "reject"], [(r["verdict"], r["reasons"]) for r in runs]
     assert len(runs) == 2  # the criteria edit never ran
-    assert runs[0]["revisions"]["candidate"]["args"] == ["--threads", "2"]
+    assert runs[0]["revisions"]["candidate"]["args"] == ["--threads", "1", "--isa", "auto"]
     assert runs[0]["spec"]["criteria_file"] == "engine-speedup"
     assert "agent" in runs[0]["note"] and "step 1" in runs[0]["note"]
     assert runs[1]["reasons"] and any("fail" in r or "prefill" in r for r in runs[1]["reasons"]), runs[1]["reasons"]
@@ -158,7 +166,7 @@ def test_scripted_llm_outcomes_are_recorded(abs_bin, model_path, cache_home, tmp
     assert acc["kind"] == "agent-account" and acc["id"] == account["id"]
     assert acc["tried"]["accept"] == 1 and acc["tried"]["reject"] == 1
     assert acc["tried"]["refused"] == 1 and acc["tried"]["skipped"] == 1 and acc["tried"]["llm_retries"] == 1
-    assert acc["final_config"] == "--threads 2" and acc["start_config"] == "--threads 1"
+    assert acc["final_config"] == "--threads 1 --isa auto" and acc["start_config"] == "--threads 1 --isa scalar"
     assert [s["outcome"] for s in acc["steps"]] == ["accept", "reject", "refused", "skipped"]
     assert acc["offered_for_merge"] == []
 
@@ -341,17 +349,17 @@ def test_invalid_proposals_are_explained_to_the_proposer(abs_bin, model_path, ca
     assert "current configuration" in steps[2]["reasons"][0]
 
 
-def test_tune_stops_when_the_target_is_met(abs_bin, model_path, cache_home, tmp_path):
+def test_tune_stops_when_the_target_is_met(abs_bin, cache_home, tmp_path):
     """--target decode_tok_s=1: the first kept configuration reaches it, and the loop stops."""
     ledger = tmp_path / "ledger.jsonl"
     p = ouro(abs_bin, cache_home, "agent", "--goal", "any decode speed", "--criteria", "engine-speedup", "--policy", "tune",
-             "--space", "threads=1,2", "--space", "kv=f32,bf16", "--base-args", "-t 1", "--target", "decode_tok_s=1",
-             "--budget", "3", "--json", "-m", model_path, "--prompt-len", "64", "--gen-len", "16", "--repeats", "3",
+             "--space", "isa=scalar,auto", "--space", "kv=f32,bf16", "--base-args", "-t 1 --isa scalar", "--target", "decode_tok_s=1",
+             "--budget", "3", "--json", "-m", TINY, "--prompt-len", "64", "--gen-len", "16", "--repeats", "3",
              "--bin", abs_bin, "--ledger", ledger, "--quiet-wait", "5")
     assert p.returncode == 0, p.stderr
     acc = json.loads(p.stdout)
     assert acc["goal_met"] is True and acc["stopped"] == "the goal was met", acc
-    assert [s["outcome"] for s in acc["steps"]] == ["accept"] and acc["final_config"] == "--threads 2"
+    assert [s["outcome"] for s in acc["steps"]] == ["accept"] and acc["final_config"] == "--threads 1 --isa auto", acc
 
     # The same loop again: the lab finds the identical measurement and appends nothing, so the
     # step gets an agent-step record pointing at the stored run, and nothing is measured twice.

@@ -58,8 +58,11 @@ SHAPE = {"gen_len": 32, "bench_repeats": 1, "max_repeats": 15, "warmup": 0}
 # name: (template, fault, expected verdict, expected trust code or None ("correctness": rejected for a
 # failed correctness criterion, said first), question, extra format fields)
 ADVERSARIES = {
+    # One thread: with two on a 2-CPU host, any other process stalls one of them at every barrier,
+    # the bench pairs' spread widens the tolerance past the 1.3x lie, and the lie goes unnamed
+    # (2 of 6 runs on a busy host, 2026-12-06); the check itself is the same at any thread count.
     "inflates-bench": (ENGINE, "inflate:bench:1.3", "reject", "measurement_mismatch",
-                       "Does a candidate whose `ouro bench` reports 1.3x its decode speed pass?", {}),
+                       "Does a candidate whose `ouro bench` reports 1.3x its decode speed pass?", {"threads": 1}),
     "inflates-worker": (ENGINE, "inflate:worker:1.3", "reject", "measurement_mismatch",
                         "Does a candidate whose worker's timestamps claim 1.3x its decode speed pass?", {}),
     "skips-layer-when-timed": (ENGINE, "skiplayer:seen", "reject", "timed_outputs_differ",

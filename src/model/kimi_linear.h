@@ -88,6 +88,16 @@ class KimiWorkspace : public Workspace {
   std::vector<float> router, xe, g, u, h, ye;                      // FFN / MoE
   std::vector<int> sel, expert_tokens, expert_count, order;
   std::vector<float> sel_w;
+  // Experts in parallel (one whole expert per thread): the experts with tokens, their slots
+  // bucketed by expert (first[e] .. first[e+1] in expert_tokens), each slot's output row, and
+  // every thread's scratch (grown to the largest expert's token count on first use).
+  struct ExpertScratch {
+    std::vector<float> xe, g, u, h, ye;
+    QuantActs qa;
+  };
+  std::vector<int> active, first;
+  std::vector<float> slot_out;
+  std::vector<ExpertScratch> scratch;
   std::vector<int64_t> cum_keys;
   QuantActs qa;
 };

@@ -127,3 +127,16 @@ def test_greedy_matches_llamacpp(ouro_bin):
                 break
             m.eval([a])
     assert len(margins) == N_GREEDY * len(prompt_ids()), "a path parted (at a near-tie)"
+
+
+@pytest.mark.parametrize("wtype", ["Q8_0", "F32"])
+def test_thread_counts_give_the_same_bits(ouro_bin, tmp_path, wtype):
+    """One thread runs the chosen experts one after another (each product's rows split across the
+    threads); two and three run whole experts in parallel when at least twice as many experts as
+    threads have tokens (hybrid-tiny: 8 experts, all chosen somewhere in a 333-token prompt). Each
+    slot's output is added per token in expert order either way: the logits are the same bits."""
+    ids = prompt_ids()["ids333"]
+    one = ouro_logits(ouro_bin, tmp_path, tiny(wtype), ids, extra=("-t", "1"))
+    for threads in ("2", "3"):
+        many = ouro_logits(ouro_bin, tmp_path, tiny(wtype), ids, extra=("-t", threads))
+        assert np.array_equal(one, many), f"{threads} threads: max |delta| {np.abs(one - many).max():.3g}"

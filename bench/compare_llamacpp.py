@@ -15,7 +15,10 @@ in ouro), llama_synchronize before the clock stops, cache cleared with llama_mem
 Memory bandwidth on shared machines drifts by tens of percent over minutes, so the engines are
 run alternately (ouro, llama.cpp, ouro, llama.cpp, ...) for --rounds rounds after --warmup-runs
 discarded runs of each; per-round figures, each engine's medians, the ratio of the medians and the
-median of the per-round (paired) ratios are printed. --json FILE writes the whole record.
+median of the per-round (paired) ratios are printed. --json FILE writes the whole record. Then
+llama.cpp's own llama-bench (C++, built from the same sdist by scripts/build_llama_tools.sh) runs pp P
+and tg G on the same file and threads, and its figures are printed beside the binding's, which they
+should match (--no-llama-bench skips it).
 Each measurement also records the 1-minute load average and the share of its wall time in which
 some task waited for a CPU (Linux /proc/pressure/cpu, "stall%"): both engines spin-wait between
 parallel steps, so with T = all cores any other load makes them collapse (10-50x was seen on a
@@ -210,6 +213,25 @@ def run_llama(args):
     return {"prefill_tok_s": j["prefill_tok_s"], "decode_tok_s": j["decode_tok_s"], "raw": j}
 
 
+def run_llama_bench(args):
+    """llama.cpp's own llama-bench (scripts/build_llama_tools.sh) on the same file and threads: pp P and
+    tg G, --rounds repetitions each; returns its JSON records, or None with the reason printed."""
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "build_llama_tools.sh")], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"llama-bench: not run (scripts/build_llama_tools.sh failed: {r.stderr.strip()[-500:]})")
+        return None
+    exe = pathlib.Path(r.stdout.strip().splitlines()[-1]) / "llama-bench"
+    cmd = [str(exe), "-m", str(args.model), "-t", str(args.threads), "-r", str(args.rounds), "-o", "json",
+           "-fa", "on" if args.flash_attn else "off"]
+    cmd += ["-p", str(args.prompt_len) if args.prompt_len else "0", "-n", str(args.gen_len) if args.gen_len else "0"]
+    b = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout * 4)
+    if b.returncode != 0:
+        print(f"llama-bench: failed ({b.returncode}): {b.stderr.strip()[-500:]}")
+        return None
+    recs = [x for x in json.loads(b.stdout) if x.get("n_prompt", 0) > 0 or x.get("n_gen", 0) > 0]
+    return {"argv": cmd, "records": recs}
+
+
 def median(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
@@ -240,6 +262,8 @@ def main():
     ap.add_argument("--flash-attn", action="store_true", help="llama.cpp flash attention (default off)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per measurement process")
     ap.add_argument("--json", type=pathlib.Path, help="write the full record to this file")
+    ap.add_argument("--no-llama-bench", action="store_true",
+                    help="skip llama.cpp's own llama-bench (built once by scripts/build_llama_tools.sh)")
     ap.add_argument("--llama-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.model = args.model.resolve()
@@ -320,6 +344,17 @@ def main():
             print(f"ouro/llama.cpp {k}{P if k == 'pp' else G}: {a:.3f} (ratio of medians), "
                   f"{b:.3f} (median of per-round ratios)")
 
+    # llama.cpp's own benchmark on the same file and threads, beside the binding measured above: the
+    # two should agree (same library, same ggml), so a reader sees the binding is a fair stand-in.
+    lb = None if args.no_llama_bench else run_llama_bench(args)
+    if lb:
+        for x in lb["records"]:
+            k, n = ("pp", x["n_prompt"]) if x.get("n_prompt", 0) > 0 else ("tg", x["n_gen"])
+            mine = summary["llama.cpp"]["prefill_tok_s" if k == "pp" else "decode_tok_s"]
+            print(f"llama-bench {k}{n}: {x['avg_ts']:.1f} +- {x.get('stddev_ts', 0):.1f} tok/s "
+                  f"({len(x.get('samples_ts', [])) or args.rounds} runs, build {x.get('build_commit', '?')}); "
+                  f"the binding above: {fmt(mine).strip()} tok/s" + (f" ({x['avg_ts'] / mine:.3f}x)" if mine else ""))
+
     worst = max((x for x in stalls if x is not None), default=None)
     if worst is not None and worst > STALL_WARN:
         print(f"WARNING: runnable tasks waited for a CPU during {100 * worst:.0f}% of a measurement "
@@ -357,6 +392,7 @@ def main():
             "per_round_ratios": [{"round": r["round"], "pp": r["ratio_pp"], "tg": r["ratio_tg"]} for r in rounds],
             "summary": summary,
             "ouro_bench_json": [r["ouro"]["raw"] for r in rounds],
+            "llama_bench": lb,
         }
         args.json.write_text(json.dumps(record, indent=2) + "\n")
         print(f"wrote {args.json}")

@@ -1,25 +1,29 @@
 #!/usr/bin/env python3
-"""Served throughput and latency: `ouro serve` against llama-cpp-python's server, same GGUF, same
-threads, same `ouro loadtest`, in one run.
+"""Served throughput and latency: `ouro serve` against llama.cpp's own C++ server (`llama-server`,
+built by scripts/build_llama_tools.sh from the pinned sdist) and, as a second row when asked,
+llama-cpp-python's Python server; same GGUF, same threads, same `ouro loadtest`, in one run.
 
-Both servers are started once and stay up; the scenarios run alternately (ouro, peer, peer, ouro,
-... the order flips each round) so that drifts of the shared machine's memory bandwidth hit both.
+Every server is started once and stays up; the scenarios run alternately (ouro, peer, peer, ouro,
+... the order flips each round) so that drifts of the shared machine's memory bandwidth hit all.
 Scenarios (each a closed loop of streamed completions at temperature 0 on random-word prompts):
   c1    concurrency 1, prompt ~32 tokens, 64 generated      (single-stream rate)
   c16   concurrency 16, prompt ~32 tokens, 64 generated     (batched decode)
   ttft8 concurrency 8, prompt ~512 tokens, 16 generated     (time to first token under load)
 Ouro runs in two configurations, each its own server: "ouro" (defaults: the GGUF's Q4_1 weights)
 and "ouro-w8a8" (`--weights w8a8 --w8a8-ops qkv,o,gate_up,down,head`, the throughput mode);
---ouro-configs picks them. Prints per-scenario medians over rounds of output tok/s and TTFT p50/p99
-for each server, and the ratios (issue 5's goals: c16 against the peer's c16, the best c16 against
-the best single stream of any ouro configuration, p99 TTFT at ttft8 against the peer's); --json FILE
-writes the whole record (every loadtest record included).
+--ouro-configs picks them. llama-server is configured as its documentation recommends for
+throughput: one slot per concurrent request (--parallel 16, the largest concurrency), continuous
+batching (its default), the same context per sequence as Ouro's (4096: -c 16 x 4096) and the same
+threads for prompt and generation. Prints per-scenario medians over rounds of output tok/s and
+TTFT p50/p99 for each server, and the ratios against the first peer of --peers; --json FILE writes
+the whole record (every loadtest record included).
 
-The peer needs llama-cpp-python's server extras (fastapi, uvicorn, sse-starlette,
-starlette-context, pydantic-settings); this script installs them into .venv when missing
-(scripts/requirements-bench.txt). They are never needed by the tests.
+The Python peer needs llama-cpp-python's server extras (fastapi, uvicorn, sse-starlette,
+starlette-context, pydantic-settings); this script installs them into .venv when that peer is asked
+for (scripts/requirements-bench.txt). They are never needed by the tests.
 
-Usage: .venv/bin/python bench/compare_serve.py [--threads 2] [--rounds 3] [--json out.json]
+Usage: .venv/bin/python bench/compare_serve.py [--threads 2] [--rounds 3] [--peers llama-server,llama-cpp-python]
+       [--json out.json]
 """
 import argparse
 import datetime
@@ -41,6 +45,8 @@ OURO_CONFIGS = {
     "ouro": [],
     "ouro-w8a8": ["--weights", "w8a8", "--w8a8-ops", "qkv,o,gate_up,down,head"],
 }
+PEERS = ("llama-server", "llama-cpp-python")
+CTX_PER_SEQ = 4096  # Ouro's default context per sequence (min(train context, 4096)); both servers get it
 SCENARIOS = {
     "c1": dict(concurrency=1, requests=6, prompt_len=32, gen_len=64),
     "c16": dict(concurrency=16, requests=32, prompt_len=32, gen_len=64),
@@ -75,13 +81,34 @@ def ensure_peer_extras():
 
 
 def start_ouro(threads, extra):
-    p = subprocess.Popen([str(OURO), "serve", "--model", str(MODEL), "--port", "0", "-t", str(threads), *extra],
+    p = subprocess.Popen([str(OURO), "serve", "--model", str(MODEL), "--port", "0", "-t", str(threads),
+                          "--ctx", str(CTX_PER_SEQ), *extra],
                          stderr=subprocess.PIPE, text=True)
     for line in p.stderr:
         m = re.search(r"listening on (http://\S+)", line)
         if m:
             return p, m.group(1)
     raise RuntimeError("ouro serve did not start")
+
+
+def llama_tools():
+    """The folder holding llama-server and llama-bench (built once, cached per CPU)."""
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "build_llama_tools.sh")], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"scripts/build_llama_tools.sh failed: {r.stderr.strip()[-2000:]}")
+    return pathlib.Path(r.stdout.strip().splitlines()[-1])
+
+
+def start_llama_server(threads, slots):
+    port = free_port()
+    p = subprocess.Popen([str(llama_tools() / "llama-server"), "--model", str(MODEL), "--host", "127.0.0.1",
+                          "--port", str(port), "--threads", str(threads), "--threads-batch", str(threads),
+                          "--parallel", str(slots), "--ctx-size", str(slots * CTX_PER_SEQ), "--cont-batching",
+                          "--no-webui"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url)
+    return p, url
 
 
 def start_peer(threads):
@@ -112,17 +139,29 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--ouro-configs", default=",".join(OURO_CONFIGS), help="of: " + ", ".join(OURO_CONFIGS))
+    ap.add_argument("--peers", default="llama-server", help="comma-separated, of: " + ", ".join(PEERS) +
+                    " (ratios are against the first)")
     ap.add_argument("--json")
     a = ap.parse_args()
+    peers = a.peers.split(",")
+    for pe in peers:
+        if pe not in PEERS:
+            ap.error(f"--peers: unknown peer '{pe}' (one of {', '.join(PEERS)})")
+    unknown = [s for s in a.scenarios.split(",") if s not in SCENARIOS]
+    if unknown:
+        ap.error(f"--scenarios: unknown scenario '{unknown[0]}' (of {', '.join(SCENARIOS)})")
     for c in a.ouro_configs.split(","):
         if c not in OURO_CONFIGS:
             ap.error(f"--ouro-configs: unknown configuration '{c}' (one of {', '.join(OURO_CONFIGS)})")
-    ensure_peer_extras()
+    if "llama-cpp-python" in peers:
+        ensure_peer_extras()
     servers = {}
     try:
         for c in a.ouro_configs.split(","):
             servers[c] = start_ouro(a.threads, OURO_CONFIGS[c])
-        servers["llama-cpp-python"] = start_peer(a.threads)
+        for pe in peers:
+            servers[pe] = (start_llama_server(a.threads, max(sc["concurrency"] for sc in SCENARIOS.values()))
+                           if pe == "llama-server" else start_peer(a.threads))
         names = list(servers)
         runs = {s: {n: [] for n in names} for s in a.scenarios.split(",")}
         for r in range(a.rounds):
@@ -154,14 +193,16 @@ def main():
                              "errors": sum(sum(x["errors"].values()) for x in recs)}
             f = summary[s][n]
             print(f"{s:8s} {n:17s} {f['output_tok_s']:10.1f} {f['ttft_p50_s'] * 1e3:12.0f} {f['ttft_p99_s'] * 1e3:12.0f}")
-    p = "llama-cpp-python"
-    ours = [n for n in names if n != p]
+    p = peers[0]
+    ours = [n for n in names if n not in peers]
     ratios = {}
     for o in ours:
         if "c16" in summary:
             ratios[f"{o} c16_vs_peer"] = summary["c16"][o]["output_tok_s"] / summary["c16"][p]["output_tok_s"]
             if "c1" in summary:
                 ratios[f"{o} c16_vs_own_c1"] = summary["c16"][o]["output_tok_s"] / summary["c1"][o]["output_tok_s"]
+        if "c1" in summary:
+            ratios[f"{o} c1_vs_peer"] = summary["c1"][o]["output_tok_s"] / summary["c1"][p]["output_tok_s"]
         if "ttft8" in summary:
             ratios[f"{o} ttft8_p99_vs_peer"] = summary["ttft8"][o]["ttft_p99_s"] / summary["ttft8"][p]["ttft_p99_s"]
     if "c16" in summary and "c1" in summary:
@@ -169,12 +210,13 @@ def main():
         # configuration against the best single stream of any configuration.
         ratios["best c16_vs_best c1"] = (max(summary["c16"][o]["output_tok_s"] for o in ours) /
                                          max(summary["c1"][o]["output_tok_s"] for o in ours))
-    print()
+    print(f"\nratios against {p}:")
     for k, v in ratios.items():
         print(f"{k:32s} {v:6.2f}x")
     if a.json:
         rec = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "threads": a.threads,
-               "rounds": a.rounds, "model": MODEL.name, "scenarios": SCENARIOS,
+               "rounds": a.rounds, "model": MODEL.name, "scenarios": SCENARIOS, "peers": peers,
+               "ctx_per_seq": CTX_PER_SEQ,
                "ouro_configs": {c: OURO_CONFIGS[c] for c in ours}, "summary": summary, "ratios": ratios,
                "runs": runs, "ouro_commit": subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
                                                            capture_output=True, text=True).stdout.strip()}

@@ -26,7 +26,11 @@ if [ -x "$out/llama-server" ] && [ -x "$out/llama-bench" ]; then
   echo "$out"
   exit 0
 fi
-[ -x .venv/bin/python ] || { echo "build_llama_tools: run scripts/setup.sh first (it makes .venv)" >&2; exit 1; }
+# A fresh machine: the Debian packages (CMake, Ninja, a compiler) and the venv whose pip fetches the sdist.
+if [ ! -x .venv/bin/python ] || ! command -v cmake >/dev/null || ! command -v ninja >/dev/null; then
+  say "running scripts/setup.sh --no-peer first (packages and the venv)"
+  scripts/setup.sh --no-peer >&2
+fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 say "fetching the llama-cpp-python $ver sdist"

@@ -36,6 +36,8 @@ const char* kUsage =
     "  rope          --heads* H --head-dim* D (even, <= 512) --pos P (0)   output [H, D] (base 10000)\n"
     "  attend        --ctx* L --head-dim* D            output [D]: one query over L keys/values\n"
     "  argmax        --cols* N (<= 2^24)               output [1]: the index, as a float\n"
+    "  kda_recurrent --heads* H --head-dim* D (<= 1024) --tokens T (1)   output [T, H, D]: KDA's delta\n"
+    "                rule over T tokens of every head (--isa's family, heads split across -t threads)\n"
     "  Every array is limited to 2^28 elements; sizes beyond are usage errors.\n"
     "options:\n"
     "  --seed S            input seed (default 0)\n"
@@ -55,7 +57,7 @@ const char* kUsage =
     "                       \"out\": path or null, \"commit\"}\n"
     "  -t, --threads N     threads (default 1): matmul's pool; token ops split tokens across it as the\n"
     "                      model does (from 4 tokens); rope, attend and argmax run on the caller\n"
-    "  --isa NAME          matmul kernel family (default auto: the best this CPU has)\n"
+    "  --isa NAME          matmul / KDA kernel family (default auto: the best this CPU has)\n"
     "  bytes and FLOPs per op come from the kernels' cost functions (matmul_cost + the float\n"
     "  activations quantization reads; attend_one_bytes/flops); for the others inputs + outputs.\n"
     "  OURO_FAULT (src/core/fault.h) applies: delay:NAME:US inside each call, crash, hang, memo:DIR.\n";

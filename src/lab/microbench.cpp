@@ -1,3 +1,6 @@
+// This file is over 600 lines: one short bench class per kernel the lab can time (matmul, the per-token ops,
+// rope, attend, argmax, kda_recurrent), side by side with the registry and the timing loop they
+// share (BenchBase, Rng, for_tokens are file-local).
 #include "lab/microbench.h"
 
 #include <algorithm>
@@ -12,6 +15,7 @@
 #include "core/fp16.h"
 #include "core/npy.h"
 #include "core/thread_pool.h"
+#include "kernels/kda.h"
 #include "kernels/ops.h"
 #include "kernels/types.h"
 #include "model/gguf.h"
@@ -441,6 +445,73 @@ class AttendBench : public BenchBase {
   std::vector<float> q_, k_, v_, scores_, out_;
 };
 
+// KDA's recurrent delta rule (kernels/kda.h) on every head of one sequence, heads split across the
+// threads as the hybrid's forward pass splits them. In place like softmax: timed calls carry the
+// state on (the same work each call); output() starts again from the seed's state. Output: o,
+// [tokens, heads, head_dim]. Inputs as the model feeds it: q and k L2-normalised, g = log-decay
+// per key channel in [-1, 0), beta in (0, 1), the state S0 [heads, head_dim (key), head_dim (value)].
+class KdaRecurrentBench : public BenchBase {
+ public:
+  explicit KdaRecurrentBench(const Setup& s)
+      : BenchBase(s, true), k_(&kda_kernels(s.isa)), T_(dim("tokens")), H_(dim("heads")), D_(dim("head_dim")) {
+    scale_ = 1.0f / std::sqrt((float)D_);  // as the model scales o
+    params["tokens"] = T_;
+    params["heads"] = H_;
+    params["head_dim"] = D_;
+    params["scale"] = scale_;
+  }
+  Status init() override {
+    if (H_ * D_ * std::max(T_, D_) > kMax) return too_big("--heads x --head-dim x max(--tokens, --head-dim)", H_ * D_ * std::max(T_, D_));
+    Rng rng(s_.seed);
+    const int64_t n = T_ * H_ * D_;
+    q_ = rng.uniform_vec(n, -1.0f, 1.0f);
+    k_in_ = rng.uniform_vec(n, -1.0f, 1.0f);
+    for (int64_t r = 0; r < T_ * H_; ++r) {
+      l2norm_inplace(&q_[r * D_], (int)D_, 1e-6f);
+      l2norm_inplace(&k_in_[r * D_], (int)D_, 1e-6f);
+    }
+    v_ = rng.uniform_vec(n, -1.0f, 1.0f);
+    g_ = rng.uniform_vec(n, -1.0f, 0.0f);
+    beta_ = rng.uniform_vec(T_ * H_, 0.0f, 1.0f);
+    S0_ = rng.uniform_vec(H_ * D_ * D_, -0.1f, 0.1f);
+    S_ = S0_;
+    o_.assign(n, 0.0f);
+    return Ok{};
+  }
+  void run() override {
+    fault::at_op("kda_recurrent");
+    const int64_t I = H_ * D_;
+    for_tokens(pool_.get(), H_, "kda_recurrent", [&](int64_t b, int64_t e) {
+      for (int64_t h = b; h < e; ++h) {
+        KdaHead hd;
+        hd.q = &q_[h * D_], hd.k = &k_in_[h * D_], hd.v = &v_[h * D_], hd.g = &g_[h * D_];
+        hd.beta = &beta_[h], hd.o = &o_[h * D_];
+        hd.qk_stride = hd.v_stride = hd.g_stride = hd.o_stride = I;
+        hd.beta_stride = H_;
+        k_->recurrent(hd, T_, (int)D_, (int)D_, scale_, &S_[h * D_ * D_]);
+      }
+    });
+  }
+  std::vector<float> output() override { S_ = S0_; run(); return o_; }
+  std::vector<size_t> output_shape() const override { return {(size_t)T_, (size_t)H_, (size_t)D_}; }
+  // The state read and written once per call, q, k, v, g, o per token (20 bytes a channel), as the
+  // hybrid's trace counts it.
+  OpCost cost() const override {
+    return {(double)H_ * (2 * kda_state_bytes((int)D_, (int)D_) + 20.0 * T_ * D_), (double)H_ * kda_recurrent_flops(T_, (int)D_, (int)D_)};
+  }
+  std::vector<Array> inputs() const override {
+    const std::vector<size_t> tok = {(size_t)T_, (size_t)H_, (size_t)D_};
+    return {{"q", tok, q_}, {"k", tok, k_in_}, {"v", tok, v_}, {"g", tok, g_},
+            {"beta", {(size_t)T_, (size_t)H_}, beta_}, {"s0", {(size_t)H_, (size_t)D_, (size_t)D_}, S0_}};
+  }
+
+ private:
+  const KdaKernels* k_;
+  int64_t T_, H_, D_;
+  float scale_;
+  std::vector<float> q_, k_in_, v_, g_, beta_, S0_, S_, o_;
+};
+
 // Output: the index as one float (exact: --cols is capped at 2^24).
 class ArgmaxBench : public BenchBase {
  public:
@@ -479,6 +550,8 @@ const std::vector<KernelSpec>& kernels() {
       // rope_inplace keeps its angles in arrays of 256: head_dim <= 512.
       {"rope", {{"--heads", "heads", kRequired, 1, M}, {"--head-dim", "head_dim", kRequired, 2, 512}, {"--pos", "pos", 0, 0, M}}},
       {"attend", {{"--ctx", "ctx", kRequired, 1, M}, {"--head-dim", "head_dim", kRequired, 1, 1 << 16}}},
+      // The vector KDA families take head_dim <= 1024 (kernels/kda.h).
+      {"kda_recurrent", {{"--heads", "heads", kRequired, 1, M}, {"--head-dim", "head_dim", kRequired, 1, 1024}, tokens}},
       // The output is the index as a float32, exact up to 2^24.
       {"argmax", {{"--cols", "cols", kRequired, 1, 1 << 24}}},
   };
@@ -544,6 +617,7 @@ Expected<std::unique_ptr<Bench>> make_bench(const Setup& given) {
   else if (n == "quantize_acts") b = std::make_unique<QuantizeActsBench>(s);
   else if (n == "rope") b = std::make_unique<RopeBench>(s);
   else if (n == "attend") b = std::make_unique<AttendBench>(s);
+  else if (n == "kda_recurrent") b = std::make_unique<KdaRecurrentBench>(s);
   else b = std::make_unique<ArgmaxBench>(s);
   if (Status st = b->init(); !st) return st.error();
   b->params["seed"] = s.seed;

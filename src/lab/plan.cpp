@@ -28,6 +28,8 @@ const std::vector<KernelInfo>& kernels() {
       {"rope", {"rope"}, {"--heads", "9", "--head-dim", "64", "--pos", "100"}},
       {"attend", {"attend_one", "attend"}, {"--ctx", "1024", "--head-dim", "64"}},
       {"argmax", {"argmax"}, {"--cols", "49152"}},
+      // KDA's recurrence at hybrid-small's shape (8 heads of 128), one decode token.
+      {"kda_recurrent", {"kda_recurrent", "recurrent_v", "KdaHead"}, {"--heads", "8", "--head-dim", "128", "--tokens", "1"}},
   };
   return k;
 }

@@ -322,6 +322,24 @@ def test_ledger_records_rerun_verify_and_tamper(ouro_bin, tmp_path):
     assert p.returncode == 1 and len(ledger.read_text().splitlines()) == 2
 
 
+def test_plan_routes_a_kda_kernel_change_to_its_microbenchmark(ouro_bin, tmp_path):
+    """A change inside the vector KDA recurrence (kda_vec.inc) is a kda_recurrent kernel spec, valid as written."""
+    repo = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "--shared", str(ROOT), str(repo)], check=True)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    base = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    f = repo / "src/kernels/kda_vec.inc"
+    old = "  constexpr int kChunk = 16;"
+    assert old in f.read_text()
+    f.write_text(f.read_text().replace(old, "  constexpr int kChunk = 8;", 1))
+    p = lab(ouro_bin, tmp_path, "plan", base, "worktree", "-o", tmp_path / "planned", "--json", cwd=repo)
+    assert p.returncode == 0, p.stderr
+    plan = json.loads(p.stdout)
+    assert plan["kernels"] == ["kda_recurrent"] and [s["level"] for s in plan["specs"]] == ["kernel"], plan
+    check = lab(ouro_bin, tmp_path, "check", plan["specs"][0]["path"], cwd=repo)
+    assert check.returncode == 0, check.stderr
+
+
 def test_plan_routes_changes_to_the_cheapest_level(ouro_bin, tmp_path):
     repo = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", "--shared", str(ROOT), str(repo)], check=True)

@@ -197,6 +197,34 @@ def test_quantize_acts(ouro_bin, tmp_path):
     np.testing.assert_array_equal(y, quantize_dequantize(inp["x"]))
 
 
+def kda_reference(inp):
+    """KDA's delta rule in float64 from the dumped inputs (docs/hybrid.md's math), every head:
+    S <- diag(exp(g_t)) S; u = beta_t (v_t - S^T k_t); S <- S + k_t u^T; o_t = S^T q_t / sqrt(D)."""
+    q, k, v, g, beta, S = (inp[n].astype(np.float64) for n in ("q", "k", "v", "g", "beta", "s0"))
+    T, H, D = q.shape
+    S = S.copy()
+    o = np.zeros((T, H, D))
+    for t in range(T):
+        for h in range(H):
+            S[h] *= np.exp(g[t, h])[:, None]
+            u = beta[t, h] * (v[t, h] - S[h].T @ k[t, h])
+            S[h] += np.outer(k[t, h], u)
+            o[t, h] = S[h].T @ q[t, h] / np.sqrt(D)
+    return o
+
+
+@pytest.mark.parametrize("isa", ["auto", "avx2", "scalar"])
+@pytest.mark.parametrize("heads,head_dim,tokens", [(2, 16, 1), (3, 24, 21), (4, 128, 5)])
+def test_kda_recurrent(ouro_bin, tmp_path, isa, heads, head_dim, tokens):
+    """Every family against the float64 recurrence; q and k come L2-normalised, g <= 0, beta in (0, 1)."""
+    y, inp, rec = run_kernel(ouro_bin, tmp_path, "kda_recurrent", "--heads", heads, "--head-dim", head_dim,
+                             "--tokens", tokens, extra=["--isa", isa, "-t", 2])
+    assert y.shape == (tokens, heads, head_dim) and rec["params"]["heads"] == heads
+    assert np.allclose(np.linalg.norm(inp["q"], axis=2), 1, atol=1e-5) and (inp["g"] <= 0).all()
+    np.testing.assert_allclose(y, kda_reference(inp), rtol=1e-4, atol=1e-5)
+    assert rec["flops"] > 0 and rec["bytes"] >= 2 * 4 * heads * head_dim * head_dim  # the state in and out
+
+
 # ---- determinism and the record -----------------------------------------------------------------
 
 @pytest.mark.parametrize("args", [["matmul", "--type", "q8_0", "--rows", 16, "--cols", 64, "--tokens", 2],
@@ -217,6 +245,14 @@ def test_threads_split_tokens_without_changing_results(ouro_bin, tmp_path, name)
     def out(threads):
         p = tmp_path / f"t{threads}.npy"
         mb(ouro_bin, name, "--cols", 200, "--tokens", 9, "-t", threads, "--out", p, *FAST)
+        return p.read_bytes()
+    assert out(1) == out(3)
+
+
+def test_kda_recurrent_threads_split_heads_without_changing_results(ouro_bin, tmp_path):
+    def out(threads):
+        p = tmp_path / f"t{threads}.npy"
+        mb(ouro_bin, "kda_recurrent", "--heads", 5, "--head-dim", 32, "--tokens", 7, "-t", threads, "--out", p, *FAST)
         return p.read_bytes()
     assert out(1) == out(3)
 
@@ -262,6 +298,9 @@ def test_json_record(ouro_bin, tmp_path):
     (["rope", "--heads", 2, "--head-dim", 1024], "--head-dim"),
     (["attend", "--ctx", 10], "--head-dim"),
     (["argmax", "--cols", (1 << 24) + 1], "--cols"),
+    (["kda_recurrent", "--heads", 2, "--head-dim", 1025], "--head-dim"),
+    (["kda_recurrent", "--head-dim", 64], "--heads"),
+    (["kda_recurrent", "--heads", 1 << 20, "--head-dim", 1024], "--heads x --head-dim"),
     (["argmax", "--cols", 8, "--iters", 0], "--iters"),
     (["argmax", "--cols", 8, "--iters", 5, "--min-time", 10], "--min-time"),
     (["argmax", "--cols", 8, "--isa", "sse9"], "--isa"),

@@ -89,8 +89,11 @@ struct Pass {
   void mla(int l);
   void dense_ffn(int l);
   void moe(int l);
+  void gather_expert(int e, float* dst) const;
+  void scatter_expert(int e, const float* src) const;
   void experts_one_by_one(int l);
   void experts_in_parallel(int l);
+  void combine_experts();
   void head(float* logits, bool all_logits);
 };
 
@@ -291,36 +294,46 @@ void Pass::moe(int l) {
   const int nt = pool.size();
   if (nt > 1 && (int)ws.active.size() >= 2 * nt) experts_in_parallel(l);
   else experts_one_by_one(l);
+  combine_experts();
+}
+
+// Rows of the normed input of expert e's tokens, in slot order, into dst ([ne][d]).
+void Pass::gather_expert(int e, float* dst) const {
+  const int d = c.n_embd, K = c.n_used;
+  const int* toks = &ws.expert_tokens[ws.first[e]];
+  for (int j = 0, ne = ws.expert_count[e]; j < ne; ++j)
+    std::memcpy(&dst[(size_t)j * d], &ws.xn[(size_t)(toks[j] / K) * d], sizeof(float) * d);
+}
+
+// Expert e's output rows (src, [ne][d]) to their slots' rows of slot_out.
+void Pass::scatter_expert(int e, const float* src) const {
+  const int d = c.n_embd;
+  const int* toks = &ws.expert_tokens[ws.first[e]];
+  for (int j = 0, ne = ws.expert_count[e]; j < ne; ++j)
+    std::memcpy(&ws.slot_out[(size_t)toks[j] * d], &src[(size_t)j * d], sizeof(float) * d);
 }
 
 // Each chosen expert over its tokens, one after another, each product's rows split across the
 // threads: for few experts per step (decode with many threads).
 void Pass::experts_one_by_one(int l) {
   const FfnWeights& F = m.layers()[l].ffn;
-  const int d = c.n_embd, K = c.n_used, ffe = c.n_ff_exp;
-  float *g = ws.g.data(), *u = ws.u.data(), *h = ws.h.data(), *tmp = ws.tmp.data();
-  float *xe = ws.xe.data(), *ye = ws.ye.data();
+  const int d = c.n_embd, ffe = c.n_ff_exp;
+  float *g = ws.g.data(), *u = ws.u.data(), *h = ws.h.data(), *xe = ws.xe.data(), *ye = ws.ye.data();
   for (int e : ws.active) {
-    const int* toks = &ws.expert_tokens[ws.first[e]];
-    const int ne = ws.first[e + 1] - ws.first[e];
-    for (int j = 0; j < ne; ++j) std::memcpy(&xe[(size_t)j * d], &ws.xn[(size_t)(toks[j] / K) * d], sizeof(float) * d);
+    const int ne = ws.expert_count[e];
+    gather_expert(e, xe);
     quantize("moe_expert_gate_up", xe, ne, d, F.e_gate[e]);
     matmul("moe_expert_gate_up", l, {{&F.e_gate[e], g, ffe}, {&F.e_up[e], u, ffe}});
     swiglu(g, u, h, (int64_t)ne * ffe);
     project("moe_expert_down", l, h, ne, ffe, F.e_down[e], ye, d);
-    for (int j = 0; j < ne; ++j) {
-      const float w = ws.sel_w[toks[j]];
-      float* dst = &tmp[(size_t)(toks[j] / K) * d];
-      const float* src = &ye[(size_t)j * d];
-      for (int i = 0; i < d; ++i) dst[i] += w * src[i];
-    }
+    scatter_expert(e, ye);
   }
 }
 
 // Every chosen expert whole on one thread (gather, quantize, gate/up, SwiGLU, down), the largest
 // first, taken by whichever thread is free: one parallel region instead of two barriers per expert.
-// Each slot's output row is kept, then added per token in expert order, as experts_one_by_one adds
-// them (expert after expert), so the sums are the same bits.
+// Either path leaves each slot's output row in slot_out for combine_experts, so both give the
+// same bits.
 void Pass::experts_in_parallel(int l) {
   const FfnWeights& F = m.layers()[l].ffn;
   const int d = c.n_embd, K = c.n_used, ffe = c.n_ff_exp;
@@ -343,7 +356,6 @@ void Pass::experts_in_parallel(int l) {
     KimiWorkspace::ExpertScratch& s = ws.scratch[t];
     for (int a = next.fetch_add(1); a < (int)active.size(); a = next.fetch_add(1)) {
       const int e = active[a];
-      const int* toks = &ws.expert_tokens[ws.first[e]];
       const int ne = ws.expert_count[e];
       if (s.xe.size() < (size_t)ne * d) {
         s.xe.resize((size_t)ne * d);
@@ -354,7 +366,7 @@ void Pass::experts_in_parallel(int l) {
         s.u.resize((size_t)ne * ffe);
         s.h.resize((size_t)ne * ffe);
       }
-      for (int j = 0; j < ne; ++j) std::memcpy(&s.xe[(size_t)j * d], &ws.xn[(size_t)(toks[j] / K) * d], sizeof(float) * d);
+      gather_expert(e, s.xe.data());
       s.qa.resize(ne, d, wants_per_token(F.e_gate[e]));
       s.qa.x = s.xe.data();
       quantize_acts(s.xe.data(), 0, ne, s.qa);
@@ -365,10 +377,15 @@ void Pass::experts_in_parallel(int l) {
       s.qa.x = s.h.data();
       quantize_acts(s.h.data(), 0, ne, s.qa);
       gemm_rows(k, F.e_down[e], s.qa, 0, d, s.ye.data(), d);
-      for (int j = 0; j < ne; ++j)
-        std::memcpy(&ws.slot_out[(size_t)toks[j] * d], &s.ye[(size_t)j * d], sizeof(float) * d);
+      scatter_expert(e, s.ye.data());
     }
   }, "moe_experts");
+}
+
+// tmp (the shared expert's output, or zeros) += each token's slot outputs times their weights, in
+// expert order: the order one expert after another would add them, whichever path ran.
+void Pass::combine_experts() {
+  const int d = c.n_embd, K = c.n_used;
   float* tmp = ws.tmp.data();
   parallel_ranges(pool, T, "moe_combine", [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {

@@ -1,6 +1,6 @@
 // This file is over 600 lines: one short bench class per kernel the lab can time (matmul, the per-token ops,
 // rope, attend, argmax, kda_recurrent), side by side with the registry and the timing loop they
-// share (BenchBase, Rng, for_tokens are file-local).
+// share (BenchBase, Rng and for_tokens are file-local).
 #include "lab/microbench.h"
 
 #include <algorithm>
@@ -50,16 +50,13 @@ class Rng {
   std::mt19937_64 g_;
 };
 
-// Runs fn over token ranges as the model's forward pass does (llama.cpp: for_tokens): on the caller
-// below 4 tokens or with one thread, else split across the pool.
+// Runs fn over ranges of [0, n) as the model's forward pass does (core's parallel_ranges: on the
+// caller below min_parallel items or with one thread, else split across the pool); no pool (one
+// thread) runs on the caller.
 template <typename Fn>
-void for_tokens(ThreadPool* pool, int64_t T, const char* region, Fn&& fn) {
-  if (!pool || T < 4 || pool->size() == 1) { fn((int64_t)0, T); return; }
-  pool->run([&](int t, int nt) {
-    int64_t b, e;
-    ThreadPool::split(T, t, nt, 1, &b, &e);
-    if (b < e) fn(b, e);
-  }, region);
+void for_tokens(ThreadPool* pool, int64_t n, const char* region, Fn&& fn, int64_t min_parallel = 4) {
+  if (!pool) { if (n > 0) fn((int64_t)0, n); return; }
+  parallel_ranges(*pool, n, region, fn, min_parallel);
 }
 
 Error too_big(const std::string& what, int64_t n) {
@@ -490,7 +487,7 @@ class KdaRecurrentBench : public BenchBase {
         hd.beta_stride = H_;
         k_->recurrent(hd, T_, (int)D_, (int)D_, scale_, &S_[h * D_ * D_]);
       }
-    });
+    }, 2);  // from 2 heads, as the forward pass splits them
   }
   std::vector<float> output() override { S_ = S0_; run(); return o_; }
   std::vector<size_t> output_shape() const override { return {(size_t)T_, (size_t)H_, (size_t)D_}; }

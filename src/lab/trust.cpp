@@ -167,9 +167,18 @@ void heldout_speed(const TrustInput& in, std::vector<TrustCheck>& out) {
       }
     if (spec.size() < 2 || held.size() < 2) continue;
     any = true;
+    // One noise for both groups (an honest change speeds up every input of the same length alike):
+    // the pooled sd of the request ratios around their group's mean, with n - 2 degrees of freedom,
+    // and Student's t at one-sided 1 in 2000. With few pairs the sd is itself uncertain: the old
+    // rule, 4 Welch standard errors, rested on two held-out requests in a 5-pair run, and an honest
+    // candidate 1.74x faster on 3 spec requests and 1.55x on 2 held-out ones (prefill of a single
+    // request per run, CI 2026-12-06) failed by 0.7%. A memorising candidate is hundreds of times
+    // faster on the inputs it has seen, far beyond any of these tolerances.
+    const double ns = (double)spec.size(), nh = (double)held.size();
     const double delta = mean(spec) - mean(held);
-    const double se = std::sqrt(var(spec) / spec.size() + var(held) / held.size());
-    const double tol = std::max(0.10, 4 * se);
+    const double pooled = std::sqrt(((ns - 1) * var(spec) + (nh - 1) * var(held)) / (ns + nh - 2));
+    const double se = pooled * std::sqrt(1 / ns + 1 / nh);
+    const double tol = std::max(0.10, student_t_quantile(0.9995, ns + nh - 2) * se);
     c.detail += (c.detail.empty() ? "" : "; ") + m + ": candidate/baseline " + f3(std::exp(mean(spec))) + "x on " +
                 std::to_string(spec.size()) + " spec-input runs, " + f3(std::exp(mean(held))) + "x on " + std::to_string(held.size()) +
                 " held-out ones; tolerance " + pct(tol);

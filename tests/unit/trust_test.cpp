@@ -126,6 +126,30 @@ TEST(Trust, FastOnlyOnTheSpecsInputsIsCaught) {
   EXPECT_EQ(get(check_trust(in), "heldout_speed_differs").verdict, "pass");
 }
 
+// CI, 2026-12-06: an honest candidate (1.7x faster everywhere) timed on one request per run, 3 on
+// spec inputs and 2 held out whose ratios happened to lie close together. Four Welch standard
+// errors rested on those two and failed it; the pooled sd with Student's t does not, and a
+// memorising candidate in the same shape is still caught.
+TEST(Trust, FewHeldOutRequestsDoNotFailAnHonestSpeedUp) {
+  const double spec[] = {1.66, 1.74, 1.83}, held[] = {1.53, 1.555};
+  auto make = [&](double seen_gain) {
+    TrustInput in;
+    for (int i = 0; i < 5; ++i) {
+      const bool h = i == 1 || i == 3;
+      const double r = h ? held[i / 2] : spec[i / 2] * seen_gain;
+      for (int side = 0; side < 2; ++side) {
+        TrustRun run;
+        run.slots.push_back(TrustSlot{h ? "heldout:" + std::to_string(i) : "spec:1", h, {1}, "", {{"prefill_tok_s", side ? 100 * r : 100}}});
+        (side ? in.cand : in.base).push_back(run);
+      }
+    }
+    return get(check_trust(in), "heldout_speed_differs");
+  };
+  const TrustCheck honest_c = make(1.0);
+  EXPECT_EQ(honest_c.verdict, "pass") << honest_c.detail;
+  EXPECT_EQ(make(600.0).verdict, "fail");
+}
+
 TEST(Trust, KernelLevelSpeedIsLowerIsBetter) {
   TrustInput in = honest();
   for (int side = 0; side < 2; ++side)

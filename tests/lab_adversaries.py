@@ -58,9 +58,9 @@ SHAPE = {"gen_len": 32, "bench_repeats": 1, "max_repeats": 15, "warmup": 0}
 # name: (template, fault, expected verdict, expected trust code or None ("correctness": rejected for a
 # failed correctness criterion, said first), question, extra format fields)
 ADVERSARIES = {
-    # One thread: with two on a 2-CPU host, any other process stalls one of them at every barrier,
-    # the bench pairs' spread widens the tolerance past the 1.3x lie, and the lie goes unnamed
-    # (2 of 6 runs on a busy host, 2026-12-06); the check itself is the same at any thread count.
+    # Named by the lab's clock between each bench process's markers at any noise. One thread: with
+    # two on a busy 2-CPU host the bench pairs' spread widened the pair check's tolerance past the
+    # lie (2 of 6 runs unnamed before the markers, 2026-12-06); the pair check still runs beside.
     "inflates-bench": (ENGINE, "inflate:bench:1.3", "reject", "measurement_mismatch",
                        "Does a candidate whose `ouro bench` reports 1.3x its decode speed pass?", {"threads": 1}),
     "inflates-worker": (ENGINE, "inflate:worker:1.3", "reject", "measurement_mismatch",

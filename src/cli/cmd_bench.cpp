@@ -23,6 +23,8 @@ const char* kUsage =
     "  --depth N: both start after N cached tokens (prefilled untimed), as llama-bench's -d does.\n"
     "  Quantization flags (--weights, --w8a8-ops, --w8a8-layers, --kv, --kv-layers): docs/quantization.md\n"
     "  --trace FILE       Chrome trace of the measured repeats (docs/trace.md); --trace-buffer N\n"
+    "  --markers          print @timed-start / @timed-end lines around each measured repeat (the lab\n"
+    "                     stamps them on its own clock to check the figures this prints)\n"
     "  -m, --model PATH   -t, --threads N   --ctx N   --isa auto|avx512|avx2|scalar\n";
 
 struct Stats { double median, min, max; };
@@ -38,7 +40,7 @@ Stats stats(std::vector<double> v) {
 int cmd_bench(int argc, char** argv) {
   if (wants_help(argc, argv)) { std::fputs(kUsage, stdout); return 0; }
   Args a;
-  if (Status s = a.parse(argc, argv, concat(concat(kCommonValueFlags, kTraceFlags), {"--prompt-len", "--gen-len", "--depth", "--repeats", "--warmup"}), {"--json"}); !s)
+  if (Status s = a.parse(argc, argv, concat(concat(kCommonValueFlags, kTraceFlags), {"--prompt-len", "--gen-len", "--depth", "--repeats", "--warmup"}), {"--json", "--markers"}); !s)
     return report(s.error());
   if (!a.positional().empty()) return report(usage_error("unexpected argument '" + a.positional()[0] + "'"));
   auto pl = a.integer("--prompt-len", 512, 0, 1 << 20);
@@ -85,23 +87,36 @@ int cmd_bench(int argc, char** argv) {
   const double inflate = fault::inflation("bench");  // 1 unless the lab's inflating adversary is on
   using clock = std::chrono::steady_clock;
   std::vector<double> pp, tg;
+  // The lab's frame: a line before each measured repeat's clock starts and one after it stops.
+  const bool markers = a.has("--markers");
+  auto mark = [&](bool keep, const char* line) {
+    if (!markers || !keep) return;
+    std::fputs(line, stdout);
+    std::fflush(stdout);
+  };
   for (int r = 0; r < *warm + *reps; ++r) {
     const bool keep = r >= *warm;
     if (r == *warm && *warm > 0)
       if (Status s = start_trace(a); !s) return report(s.error());
     if (*pl > 0) {
       if (Status s = start_at_depth(); !s) return report(s.error());
+      mark(keep, "@timed-start\n");
       auto t0 = clock::now();
-      trace::Span phase("prefill", "phase", -1, (int)prompt.size());
-      phase.pos(st->n_past());
-      if (Status s = st->forward(prompt.data(), (int)prompt.size(), logits.data(), false, e.pool(), e.kernels()); !s)
-        return report(s.error());
-      if (keep) pp.push_back(*pl / std::chrono::duration<double>(clock::now() - t0).count());
+      {
+        trace::Span phase("prefill", "phase", -1, (int)prompt.size());
+        phase.pos(st->n_past());
+        if (Status s = st->forward(prompt.data(), (int)prompt.size(), logits.data(), false, e.pool(), e.kernels()); !s)
+          return report(s.error());
+      }
+      const auto t1 = clock::now();
+      mark(keep, "@timed-end\n");
+      if (keep) pp.push_back(*pl / std::chrono::duration<double>(t1 - t0).count());
       trace::counter("kv_cache", st->n_past());
     }
     if (*gl > 0) {
       if (Status s = start_at_depth(); !s) return report(s.error());
       int tok = prompt.empty() ? 1 : prompt[0];
+      mark(keep, "@timed-start\n");
       auto t0 = clock::now();
       for (int i = 0; i < *gl; ++i) {
         {
@@ -112,7 +127,9 @@ int cmd_bench(int argc, char** argv) {
         trace::Span sp("sample", "sample", -1, 1, 4.0 * n_vocab);
         tok = argmax(logits.data(), n_vocab);
       }
-      if (keep) tg.push_back(inflate * *gl / std::chrono::duration<double>(clock::now() - t0).count());
+      const auto t1 = clock::now();
+      mark(keep, "@timed-end\n");
+      if (keep) tg.push_back(inflate * *gl / std::chrono::duration<double>(t1 - t0).count());
     }
   }
   if (Status s = finish_trace(a, e); !s) return report(s.error());

@@ -466,7 +466,13 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
       // the work the lab timed (bench_args_for: prefill after the depth, decode after depth + prompt).
       say("asking both sides' `ouro bench` for their own figures of the timed work");
       json bench_j = {{"baseline", json::object()}, {"candidate", json::object()}};
-      std::map<std::string, std::vector<double>> runs[2];
+      // Each bench process also prints @timed-start / @timed-end around its measured repeats: the
+      // lab's clock between them gives the process's figure as the lab sees it (the median over its
+      // repeats), checked against what the process prints like the worker's timestamps are. That
+      // names a lying bench whatever the noise between processes. (A revision from before the
+      // markers rejects the flag: its bench runs without them and only the pair check applies.)
+      std::map<std::string, std::vector<double>> runs[2], lab_runs[2];
+      bool no_markers[2] = {false, false};
       auto bench_pairs = [&](int from, int to) {
         for (int rep = from; rep < to; ++rep) {
           const int i = rep % 2;
@@ -477,12 +483,28 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
             if (rep < 2) bench_j["argv"][k] = argv;
             auto args = common_args(c, sides[i]);
             argv.insert(argv.end(), args.begin(), args.end());
-            ProcResult r = exec(c, sides[i], argv);
+            std::vector<double> frames;
+            ProcResult r;
+            if (!no_markers[i]) {
+              argv.push_back("--markers");
+              r = exec_framed(c, sides[i], argv, frames);
+              argv.pop_back();
+              if (!r.ok() && !r.timed_out && r.signal == 0 && r.err.find("--markers") != std::string::npos) no_markers[i] = true;
+            }
+            if (no_markers[i] && frames.empty()) r = exec(c, sides[i], argv);
             const json j = r.ok() ? json::parse(r.out, nullptr, false) : json();
             if (!r.ok()) bench_j[sides[i].name]["error"] = failure_text(sides[i], "bench", r);
             if (j.is_object() && j.contains(k) && j[k].is_object() && j[k].value("median", json()).is_number()) {
               runs[i][k].push_back(j[k]["median"].get<double>());
               bench_j[sides[i].name][k] = runs[i][k];
+              const json n = j.value(k == "prefill_tok_s" ? "prompt_len" : "gen_len", json());
+              std::vector<double> figs;
+              for (double f : frames)
+                if (f > 0 && n.is_number()) figs.push_back(n.get<double>() / f);
+              if (!no_markers[i]) {
+                lab_runs[i][k].push_back(figs.empty() ? NAN : median(figs));
+                bench_j[sides[i].name]["lab_clock"][k] = lab_runs[i][k];
+              }
             }
           }
         }
@@ -510,7 +532,10 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
       }
       for (int i = 0; i < 2; ++i)
         for (const auto& [k, v] : runs[i])
-          if (runs[1 - i].count(k) && runs[1 - i].at(k).size() == v.size()) ti.bench_self[i][k] = v;
+          if (runs[1 - i].count(k) && runs[1 - i].at(k).size() == v.size()) {
+            ti.bench_self[i][k] = v;
+            if (lab_runs[i][k].size() == v.size()) ti.bench_lab[i][k] = lab_runs[i][k];
+          }
       record["bench_self_report"] = bench_j;
     }
     trust = check_trust(ti);

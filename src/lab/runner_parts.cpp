@@ -59,6 +59,38 @@ ProcResult exec(const Ctx& c, const SideExec& s, std::vector<std::string> argv) 
   return run_process(argv, s.env, c.opt.build.repo_root, c.limits(s));
 }
 
+ProcResult exec_framed(const Ctx& c, const SideExec& s, std::vector<std::string> argv, std::vector<double>& frames_s) {
+  argv.insert(argv.begin(), s.bin.path);
+  std::vector<std::string> env;
+  for (const auto& [k, v] : s.env) env.push_back(k + "=" + v);
+  ProcResult r;
+  PipeProcess p;
+  if (Status st = p.start(argv, env, c.opt.build.repo_root, c.limits(s)); !st) {
+    r.err = st.error().message;
+    return r;
+  }
+  const auto deadline = LabClock::now() + std::chrono::duration_cast<LabClock::duration>(std::chrono::duration<double>(c.spec.timeout_s));
+  LabClock::time_point t0{};
+  bool open = false;
+  std::string out;
+  while (auto l = p.read_line(deadline)) {
+    if (l->text == "@timed-start") {
+      t0 = l->arrived;
+      open = true;
+    } else if (l->text == "@timed-end" && open) {
+      frames_s.push_back(std::chrono::duration<double>(l->arrived - t0).count());
+      open = false;
+    } else {
+      out += l->text + "\n";
+    }
+  }
+  const bool hung = p.timed_out();
+  r = p.finish(1.0);
+  r.timed_out = r.timed_out || hung;
+  r.out = out;
+  return r;
+}
+
 std::string failure_text(const SideExec& s, const char* what, const ProcResult& r) {
   std::string tail = r.err;
   while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();

@@ -57,6 +57,9 @@ struct Ctx {
 std::vector<std::string> common_args(const Ctx& c, const SideExec& s);
 
 ProcResult exec(const Ctx& c, const SideExec& s, std::vector<std::string> argv);
+// The same, read line by line on the lab's clock: the seconds between each @timed-start and the
+// @timed-end after it go to `frames_s` (in order); the other lines are the result's `out`.
+ProcResult exec_framed(const Ctx& c, const SideExec& s, std::vector<std::string> argv, std::vector<double>& frames_s);
 
 std::string failure_text(const SideExec& s, const char* what, const ProcResult& r);
 

@@ -40,6 +40,8 @@ struct TrustInput {
   double allowed_cores = 0;        // 0: no CPU check
   // `ouro bench --json` figures of each side (empty: not asked), run k of both sides back to back.
   std::map<std::string, std::vector<double>> bench_self[2];
+  // The same processes' figures on the lab's clock between their markers (NaN: no markers).
+  std::map<std::string, std::vector<double>> bench_lab[2];
 };
 
 struct TrustCheck {

@@ -31,6 +31,8 @@ def test_adversary_is_rejected_for_the_right_reason(ouro_bin, model_path, tmp_pa
         lab_c = rec["stats"]["decode_tok_s"]["candidate_median"]
         assert statistics.median(bench["candidate"]["decode_tok_s"]) > 1.15 * lab_c  # three runs of its bench
         assert rec["reasons"][0].startswith("measurement_mismatch: ")
+        # Named process by process on the lab's clock between each bench process's markers.
+        assert "(between its markers): the candidate's own timing says 1.3" in rec["reasons"][0], rec["reasons"][0]
     if name == "skips-layer-when-timed":
         assert rec["rejected_for"] == "timed_outputs_differ"
         assert rec["correctness"]["spec"]["greedy_match"] == 1.0  # the checked runs were honest

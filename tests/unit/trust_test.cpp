@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <random>
 #include <string>
 
@@ -77,6 +78,36 @@ TEST(Trust, InflatedBenchIsAMismatchAndANoisyOneIsNot) {
   // Drift between bench pairs cancels: both sides 30% slower in the last pair is no lie.
   in.bench_self[0]["decode_tok_s"] = {120, 118, 84};
   in.bench_self[1]["decode_tok_s"] = {121, 117, 85};
+  EXPECT_EQ(get(check_trust(in), "measurement_mismatch").verdict, "pass");
+}
+
+// The lab's clock between each bench process's markers names the lie process by process, even when
+// the bench pairs are too noisy for the pair check (the adversary that went unnamed in CI).
+TEST(Trust, InflatedBenchIsNamedByItsMarkersWhateverThePairNoise) {
+  TrustInput in = honest();
+  // Pairs 40% apart either way: the pair check's tolerance grows past the lie.
+  in.bench_self[0]["decode_tok_s"] = {120, 70, 125, 80, 118, 130};
+  const std::vector<double> cand_true = {80, 118, 84, 125, 121, 75};
+  in.bench_lab[0]["decode_tok_s"] = {119, 70.5, 124, 79.6, 118.5, 129};
+  in.bench_lab[1]["decode_tok_s"] = cand_true;
+  in.bench_self[1]["decode_tok_s"].clear();
+  for (double v : cand_true) in.bench_self[1]["decode_tok_s"].push_back(v * 1.003);
+  TrustCheck c = get(check_trust(in), "measurement_mismatch");
+  EXPECT_EQ(c.verdict, "pass") << c.detail;  // honest, noisy: no mismatch
+  for (auto& v : in.bench_self[1]["decode_tok_s"]) v *= 1.3;
+  c = get(check_trust(in), "measurement_mismatch");
+  EXPECT_EQ(c.verdict, "fail") << c.detail;
+  EXPECT_FALSE(c.baseline_at_fault);
+  EXPECT_NE(c.detail.find("between its markers): the candidate's own timing says 1.3"), std::string::npos) << c.detail;
+  // A candidate that takes --markers and prints none cannot be checked: that fails too.
+  in.bench_self[1]["decode_tok_s"] = cand_true;
+  in.bench_lab[1]["decode_tok_s"].assign(6, NAN);
+  c = get(check_trust(in), "measurement_mismatch");
+  EXPECT_EQ(c.verdict, "fail") << c.detail;
+  EXPECT_NE(c.detail.find("printed none"), std::string::npos) << c.detail;
+  // A baseline without markers (a revision from before them): only the pair check applies.
+  in.bench_lab[0].clear();
+  in.bench_lab[1].clear();
   EXPECT_EQ(get(check_trust(in), "measurement_mismatch").verdict, "pass");
 }
 

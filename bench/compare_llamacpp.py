@@ -34,6 +34,7 @@ import json
 import os
 import pathlib
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -169,7 +170,7 @@ def git_describe():
 def run_ouro(args):
     cmd = [str(args.ouro), "bench", "--prompt-len", str(args.prompt_len), "--gen-len", str(args.gen_len),
            "--repeats", "1", "--warmup", str(args.inproc_warmup), "--threads", str(args.threads),
-           "--model", str(args.model), "--json"]
+           "--model", str(args.model), "--json", *shlex.split(args.ouro_args)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}: {p.stderr.strip()}")
@@ -259,6 +260,9 @@ def main():
                          "default 0)")
     ap.add_argument("--model", type=pathlib.Path, default=DEFAULT_MODEL)
     ap.add_argument("--ouro", type=pathlib.Path, default=DEFAULT_OURO)
+    ap.add_argument("--ouro-args", default="",
+                    help="more flags for ouro bench, e.g. '--weights w8a8' (a configuration of the same file; "
+                         "llama.cpp runs the file's own types)")
     ap.add_argument("--flash-attn", action="store_true", help="llama.cpp flash attention (default off)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per measurement process")
     ap.add_argument("--json", type=pathlib.Path, help="write the full record to this file")
@@ -285,8 +289,8 @@ def main():
 
     P, G, T = args.prompt_len, args.gen_len, args.threads
     print(f"ouro {git_describe()} vs llama-cpp-python {llama_cpp.__version__}  model {args.model.name}  "
-          f"cpu {cpu_model()}  threads {T}  pp{P} tg{G}  rounds {args.rounds} (+{args.warmup_runs} warm-up)",
-          flush=True)
+          f"cpu {cpu_model()}  threads {T}  pp{P} tg{G}  rounds {args.rounds} (+{args.warmup_runs} warm-up)"
+          + (f"  ouro flags: {args.ouro_args}" if args.ouro_args else ""), flush=True)
 
     probe = machine_ceilings(args)
     isa = run_ouro(argparse.Namespace(**{**vars(args), "prompt_len": 0, "gen_len": 1}))["raw"].get("isa")
@@ -380,6 +384,7 @@ def main():
             "warmup_runs": args.warmup_runs,
             "inproc_warmup": args.inproc_warmup,
             "model": str(args.model),
+            "ouro_args": args.ouro_args,
             "llama_cpp_python_version": llama_cpp.__version__,
             "llama_cpp_settings": {k: rounds[0]["llama.cpp"]["raw"][k] for k in ("n_ctx", "n_batch", "flash_attn")},
             "llama_cpp_system_info": rounds[0]["llama.cpp"]["raw"]["system_info"],

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -339,7 +340,15 @@ OpCost matmul_cost(const PackedMatrix& W, int64_t T) {
 void matmul_parallel(const MatmulKernels& k, ThreadPool& pool, const QuantActs& qa, const MatmulJob* jobs, int n_jobs,
                      const char* region) {
   int64_t total = 0;
-  for (int j = 0; j < n_jobs; ++j) total += jobs[j].W->rows;
+  for (int j = 0; j < n_jobs; ++j) {
+    total += jobs[j].W->rows;
+    // A caller's mistake, not bad input: activations quantized for another kind of matrix.
+    if (jobs[j].W->kind != PackedKind::kRows && wants_per_token(*jobs[j].W) != qa.per_token) {
+      std::fprintf(stderr, "ouro: internal error: %s: a matrix needs %s activations\n", region,
+                   qa.per_token ? "per-block" : "per-token");
+      std::abort();
+    }
+  }
   pool.run([&](int t, int nt) {
     int64_t b, e;
     ThreadPool::split(total, t, nt, 16, &b, &e);

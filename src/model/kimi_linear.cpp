@@ -451,7 +451,8 @@ Status KimiLinearModel::forward(const ModelMemory& mem, Workspace& ws_base, cons
         p.norm("ffn_norm", l, L.ffn_norm, ws.x.data(), L.ffn.gate);
         p.dense_ffn(l);
       } else {
-        p.norm("ffn_norm", l, L.ffn_norm, ws.x.data(), L.ffn.router);
+        // Quantized for the shared expert's gate and up: a float router reads the float rows.
+        p.norm("ffn_norm", l, L.ffn_norm, ws.x.data(), c.n_ff_shared > 0 ? L.ffn.gate : L.ffn.router);
         p.moe(l);
       }
       p.add_residual("ffn_residual", l);

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/fault.h"
+
 namespace ouro {
 
 namespace {
@@ -14,6 +16,11 @@ const char* kPrefix = "kimi-linear.";
 
 struct Loader {
   const GgufFile& f;
+  bool w8 = false;          // --weights w8a8: matrices requantized to int8 per output row (kW8)
+  float w8_fault = 1.0f;    // the lab's badscale fault (1: none)
+  PackedMatrix pack_slice(GgmlType type, const uint8_t* data, int64_t cols, int64_t rows) const {
+    return w8 ? pack_matrix_w8a8(type, data, cols, rows, w8_fault) : pack_matrix(type, data, cols, rows);
+  }
   std::string key(const char* k) const { return std::string(kPrefix) + k; }
   Expected<int> uint_in(const char* k, uint64_t lo, uint64_t hi) const {
     auto v = gguf_uint_in(f, key(k), lo, hi);
@@ -28,7 +35,18 @@ struct Loader {
     auto t = gguf_tensor(f, name, {cols, rows});
     if (!t) return t.error();
     if (!type_traits((*t)->type)) return unsupported(**t);
+    *out = pack_slice((*t)->type, (*t)->data, cols, rows);
+    return Ok{};
+  }
+  // The router keeps the file's type when that is a float one (llama.cpp's files keep it F32: it
+  // picks the experts), read with the float activations; a quantized router joins W8A8, since it
+  // shares its quantized input with the shared expert's gate and up.
+  Status pack_router(const std::string& name, int64_t cols, int64_t rows, PackedMatrix* out) const {
+    auto t = gguf_tensor(f, name, {cols, rows});
+    if (!t) return t.error();
+    if (!type_traits((*t)->type)) return unsupported(**t);
     *out = pack_matrix((*t)->type, (*t)->data, cols, rows);
+    if (w8 && out->kind != PackedKind::kRows) *out = pack_slice((*t)->type, (*t)->data, cols, rows);
     return Ok{};
   }
   // A 3-D tensor of ne [cols, rows, n]: one matrix per slice.
@@ -39,7 +57,7 @@ struct Loader {
     if (!tt) return unsupported(**t);
     const size_t slice = row_bytes((*t)->type, cols) * rows;
     out->clear();
-    for (int64_t i = 0; i < n; ++i) out->push_back(pack_matrix((*t)->type, (*t)->data + i * slice, cols, rows));
+    for (int64_t i = 0; i < n; ++i) out->push_back(pack_slice((*t)->type, (*t)->data + i * slice, cols, rows));
     return Ok{};
   }
   // An F32 vector (or a [n, 1] / [1, n] one where llama.cpp's converter writes that shape).
@@ -167,10 +185,17 @@ Expected<std::unique_ptr<Model>> KimiLinearModel::load(std::unique_ptr<GgufFile>
   m->file_ = std::move(file);
   const GgufFile& f = *m->file_;
   const std::string& path = f.path();
-  if (wr.mode != "native" || !wr.ops.empty() || !wr.layers.empty() || wr.smooth_alpha > 0)
-    return usage_error("--weights " + wr.mode + " (and --w8a8-*) are implemented for llama models only, not for "
-                       "kimi-linear yet; it runs the file's own types (--weights native)");
+  if (wr.mode != "native" && wr.mode != "w8a8") return usage_error("flag --weights: '" + wr.mode + "' is not one of native, w8a8");
+  if (!wr.ops.empty() || !wr.layers.empty() || wr.smooth_alpha > 0)
+    return usage_error("--w8a8-ops, --w8a8-layers and --w8a8-smooth choose among llama's ops; on kimi-linear, --weights w8a8 "
+                       "requantizes every matrix but the router (docs/quantization.md)");
   Loader ld{f};
+  if (wr.mode == "w8a8") {
+    ld.w8 = true;
+    ld.w8_fault = fault::w8a8_scale_factor();
+    m->weights_desc_ = "w8a8:all-but-router@all";
+    note_w8a8_kernel(isa);
+  }
   KimiConfig& c = m->cfg_;
   if (Status s = read_config(ld, c); !s) return s.error();
   const int64_t d = c.n_embd, inner = c.d_inner(), hd = c.head_dim;
@@ -229,7 +254,7 @@ Expected<std::unique_ptr<Model>> KimiLinearModel::load(std::unique_ptr<GgufFile>
       steps.push_back(ld.pack(p + "ffn_up.weight", d, c.n_ff, &F.up));
       steps.push_back(ld.pack(p + "ffn_down.weight", c.n_ff, d, &F.down));
     } else {
-      steps.push_back(ld.pack(p + "ffn_gate_inp.weight", d, c.n_expert, &F.router));
+      steps.push_back(ld.pack_router(p + "ffn_gate_inp.weight", d, c.n_expert, &F.router));
       steps.push_back(ld.vec(p + "exp_probs_b.bias", {c.n_expert}, &F.bias));
       steps.push_back(ld.pack3(p + "ffn_gate_exps.weight", d, c.n_ff_exp, c.n_expert, &F.e_gate));
       steps.push_back(ld.pack3(p + "ffn_up_exps.weight", d, c.n_ff_exp, c.n_expert, &F.e_up));

@@ -143,13 +143,7 @@ Expected<std::unique_ptr<LlamaModel>> LlamaModel::load_with(std::unique_ptr<Gguf
   for (const auto* v : {&smooth.attn, &smooth.ffn})
     if (!v->empty() && v->size() != (size_t)c.n_layer * d) return usage_error("smoothing factors do not match the model");
   m->weights_desc_ = plan->desc;
-  if (plan->on && isa != Isa::kAvx512) {
-    static bool said = false;
-    if (!said)
-      std::fprintf(stderr, "ouro: W8A8 runs on the %s kernel (no AVX-512 VNNI in use: slower than on a VNNI CPU)\n",
-                   isa_name(isa));
-    said = true;
-  }
+  if (plan->on) note_w8a8_kernel(isa);
   const float w8_fault = fault::w8a8_scale_factor();
   // w8: requantize to W8A8 (kW8) instead of keeping the GGUF's blocks.
   // smooth: SmoothQuant column factors for a W8A8 matrix (nullptr: none).

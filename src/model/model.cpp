@@ -1,6 +1,8 @@
 // The registry of architectures: general.architecture -> loader.
 #include "model/model.h"
 
+#include <cstdio>
+
 #include "model/kimi_linear.h"
 #include "model/llama.h"
 
@@ -21,6 +23,13 @@ const Architecture kArchitectures[] = {
 };
 
 }  // namespace
+
+void note_w8a8_kernel(Isa isa) {
+  static bool said = false;
+  if (isa != Isa::kAvx512 && !said)
+    std::fprintf(stderr, "ouro: W8A8 runs on the %s kernel (no AVX-512 VNNI in use: slower than on a VNNI CPU)\n", isa_name(isa));
+  said = true;
+}
 
 std::vector<std::string> Model::architectures() {
   std::vector<std::string> out;

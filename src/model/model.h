@@ -42,6 +42,9 @@ struct WeightRequest {
   std::string smooth_calib;
 };
 
+// Says once on stderr that W8A8 runs without AVX-512 VNNI when `isa` is not AVX-512 (both loaders).
+void note_w8a8_kernel(Isa isa);
+
 // One sequence's part of a batched forward pass: n new tokens at positions n_past.., whose K/V go
 // to the blocks of its table (which must cover n_past + n positions) and whose recurrent state is
 // slot state_slot of the store.

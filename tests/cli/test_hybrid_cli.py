@@ -73,7 +73,9 @@ def test_trace_summarize_names_the_hybrid_ops(ouro_bin, tmp_path):
 
 @pytest.mark.parametrize("args,pattern", [
     (["--kv", "v=fp8"], r"one latent row per position"),
-    (["--weights", "w8a8"], r"implemented for llama models only"),
+    (["--weights", "w8a8", "--w8a8-ops", "qkv"], r"--w8a8-ops, --w8a8-layers and --w8a8-smooth choose among llama's ops"),
+    (["--weights", "w8a8", "--w8a8-layers", "0-3"], r"requantizes every matrix but the router"),
+    (["--weights", "int4"], r"flag --weights: 'int4' is not one of native, w8a8"),
 ])
 def test_flags_the_hybrid_cannot_honour(ouro_bin, args, pattern):
     assert_error(run(ouro_bin, "generate", "-p", "hi", "-n", "2", *args, "-m", TINY, "-t", "1"), 2, pattern)

@@ -1,6 +1,7 @@
 // ouro quality: what a quantization costs in quality. Runs a fixed evaluation text through the
 // candidate configuration (the launch flags: --weights, --w8a8-ops, --kv, --kv-layers, ...) and
-// through the reference (the same model with native weights and an f32 KV cache), and reports
+// through the reference (the same model with native weights and an f32 KV cache; --ref-model: the
+// same model in another file, e.g. F32 for a Q8_0 one), and reports
 // perplexity, the KL divergence of the next-token distributions (mean, median, p99, max), top-1
 // agreement and where greedy continuations first diverge. docs/quantization.md.
 #include <algorithm>
@@ -21,6 +22,7 @@ namespace {
 
 const char* kUsage =
     "usage: ouro quality [--text FILE] [--ctx 512] [--chunks N] [--prompts 8] [--greedy-len 32] [--json]\n"
+    "                    [--ref-model PATH]\n"
     "                    [--weights w8a8|native] [--w8a8-ops LIST] [--w8a8-layers RANGES]\n"
     "                    [--kv TYPE|k=TYPE,v=TYPE] [--kv-layers RANGE:TYPE,...]\n"
     "  Compares the configuration given by the flags (the candidate) with the same model's reference\n"
@@ -30,6 +32,8 @@ const char* kUsage =
     "  the next-token distribution (mean, median, p99, max), top-1 agreement, and the first position\n"
     "  where greedy continuations (--greedy-len tokens after --prompts prompts taken from the text)\n"
     "  differ. --chunks 0 (default) uses every whole chunk.\n"
+    "  --ref-model PATH: the reference is that file instead (the same model in another format, e.g.\n"
+    "  the F32 file for a Q8_0 one: same architecture, layers, width and vocabulary), native + f32.\n"
     "  -m, --model PATH   -t, --threads N   --isa auto|avx512|avx2|scalar\n";
 
 
@@ -38,7 +42,7 @@ const char* kUsage =
 int cmd_quality(int argc, char** argv) {
   if (wants_help(argc, argv)) { std::fputs(kUsage, stdout); return 0; }
   Args a;
-  if (Status s = a.parse(argc, argv, concat(kCommonValueFlags, {"--text", "--chunks", "--prompts", "--greedy-len"}),
+  if (Status s = a.parse(argc, argv, concat(kCommonValueFlags, {"--text", "--chunks", "--prompts", "--greedy-len", "--ref-model"}),
                          {"--json"});
       !s)
     return report(s.error());
@@ -63,9 +67,20 @@ int cmd_quality(int argc, char** argv) {
   auto eng = Engine::load(*cfg);
   if (!eng) return report(eng.error());
   Engine& e = **eng;
-  // The reference: the same file with native weights; it runs on the candidate's threads (one pool).
-  auto ref_model = Model::load(cfg->model_path, WeightRequest{}, cfg->isa, e.pool());
+  // The reference: the same file (or --ref-model's) with native weights; it runs on the candidate's
+  // threads (one pool).
+  const std::string ref_path = a.has("--ref-model") ? a.str("--ref-model") : cfg->model_path;
+  auto ref_model = Model::load(ref_path, WeightRequest{}, cfg->isa, e.pool());
   if (!ref_model) return report(ref_model.error());
+  {
+    const ModelInfo &mi = e.model().info(), &ri = (*ref_model)->info();
+    if (mi.arch != ri.arch || mi.n_layer != ri.n_layer || mi.n_embd != ri.n_embd || mi.n_vocab != ri.n_vocab)
+      return report(usage_error("flag --ref-model: '" + ref_path + "' is not the same model as '" + cfg->model_path + "' (" +
+                                ri.arch + ", " + std::to_string(ri.n_layer) + " layers, width " + std::to_string(ri.n_embd) +
+                                ", " + std::to_string(ri.n_vocab) + " tokens against " + mi.arch + ", " +
+                                std::to_string(mi.n_layer) + ", " + std::to_string(mi.n_embd) + ", " +
+                                std::to_string(mi.n_vocab) + ")"));
+  }
   const int n_ctx = e.config().n_ctx, nv = e.model().info().n_vocab;
   if (n_ctx < 16) return report(usage_error("--ctx must be at least 16 for quality"));
   const std::vector<int> toks = e.tokenizer().encode(text, false, false);
@@ -155,7 +170,7 @@ int cmd_quality(int argc, char** argv) {
       {"chunks", n_chunks},
       {"scored_tokens", kls.size()},
       {"candidate", {{"weights", e.model().weights_desc()}, {"kv", e.kv_spec().describe()}}},
-      {"reference", {{"weights", "native"}, {"kv", "f32"}}},
+      {"reference", {{"model", ref_path}, {"weights", "native"}, {"kv", "f32"}}},
       {"kv_bytes_per_token", {{"candidate", cand.kv_bytes_per_token()}, {"reference", ref.kv_bytes_per_token()}}},
       {"ppl", std::exp(nll_c / n)},
       {"ppl_ref", std::exp(nll_r / n)},
@@ -178,9 +193,9 @@ int cmd_quality(int argc, char** argv) {
     std::puts(j.dump().c_str());
     return 0;
   }
-  std::printf("candidate  weights %s  kv %s  (%zu KV bytes/token; reference native + f32, %zu)\n",
+  std::printf("candidate  weights %s  kv %s  (%zu KV bytes/token; reference %s native + f32, %zu)\n",
               e.model().weights_desc().c_str(), e.kv_spec().describe().c_str(), cand.kv_bytes_per_token(),
-              ref.kv_bytes_per_token());
+              ref_path == cfg->model_path ? "the same file" : ref_path.c_str(), ref.kv_bytes_per_token());
   std::printf("text       %s: %zu tokens, %d chunks of %d, %zu scored\n", text_path.c_str(), toks.size(), n_chunks, n_ctx,
               kls.size());
   std::printf("perplexity %.4f (reference %.4f, ln ratio %+.5f)\n", std::exp(nll_c / n), std::exp(nll_r / n),

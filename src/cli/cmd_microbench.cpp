@@ -38,6 +38,8 @@ const char* kUsage =
     "  argmax        --cols* N (<= 2^24)               output [1]: the index, as a float\n"
     "  kda_recurrent --heads* H --head-dim* D (<= 1024) --tokens T (1)   output [T, H, D]: KDA's delta\n"
     "                rule over T tokens of every head (--isa's family, heads split across -t threads)\n"
+    "  kda_chunk     the same flags, --chunk C (64)   the same output: the chunked (WY/UT) form over\n"
+    "                chunks of C tokens (scalar whatever --isa says: no vector family has it yet)\n"
     "  Every array is limited to 2^28 elements; sizes beyond are usage errors.\n"
     "options:\n"
     "  --seed S            input seed (default 0)\n"

@@ -1,5 +1,5 @@
 // This file is over 600 lines: one short bench class per kernel the lab can time (matmul, the per-token ops,
-// rope, attend, argmax, kda_recurrent), side by side with the registry and the timing loop they
+// rope, attend, argmax, kda_recurrent, kda_chunk), side by side with the registry and the timing loop they
 // share (BenchBase, Rng and for_tokens are file-local).
 #include "lab/microbench.h"
 
@@ -442,23 +442,33 @@ class AttendBench : public BenchBase {
   std::vector<float> q_, k_, v_, scores_, out_;
 };
 
-// KDA's recurrent delta rule (kernels/kda.h) on every head of one sequence, heads split across the
-// threads as the hybrid's forward pass splits them. In place like softmax: timed calls carry the
-// state on (the same work each call); output() starts again from the seed's state. Output: o,
-// [tokens, heads, head_dim]. Inputs as the model feeds it: q and k L2-normalised, g = log-decay
-// per key channel in [-1, 0), beta in (0, 1), the state S0 [heads, head_dim (key), head_dim (value)].
-class KdaRecurrentBench : public BenchBase {
+// KDA's delta rule (kernels/kda.h) on every head of one sequence, heads split across the threads
+// as the hybrid's forward pass splits them: kda_recurrent (token by token, the family --isa picks)
+// or kda_chunk (the WY/UT form over chunks of --chunk tokens; scalar only so far: no vector
+// family has it). In place like softmax: timed calls carry the state on (the same work each call);
+// output() starts again from the seed's state. Output: o, [tokens, heads, head_dim]. Inputs as the
+// model feeds it: q and k L2-normalised, g = log-decay per key channel in [-1, 0), beta in (0, 1),
+// the state S0 [heads, head_dim (key), head_dim (value)].
+class KdaBench : public BenchBase {
  public:
-  explicit KdaRecurrentBench(const Setup& s)
-      : BenchBase(s, true), k_(&kda_kernels(s.isa)), T_(dim("tokens")), H_(dim("heads")), D_(dim("head_dim")) {
+  explicit KdaBench(const Setup& s)
+      : BenchBase(s, true), k_(&kda_kernels(s.isa)), T_(dim("tokens")), H_(dim("heads")), D_(dim("head_dim")),
+        C_(s.name == "kda_chunk" ? dim("chunk") : 0) {
     scale_ = 1.0f / std::sqrt((float)D_);  // as the model scales o
     params["tokens"] = T_;
     params["heads"] = H_;
     params["head_dim"] = D_;
     params["scale"] = scale_;
+    if (C_ > 0) {
+      params["chunk"] = C_;
+      params["family"] = "scalar";  // what ran, whatever --isa says
+    }
   }
   Status init() override {
     if (H_ * D_ * std::max(T_, D_) > kMax) return too_big("--heads x --head-dim x max(--tokens, --head-dim)", H_ * D_ * std::max(T_, D_));
+    if (C_ > 0 && H_ * kda_chunked_scratch((int)D_, (int)D_, (int)C_) > kMax)
+      return too_big("--heads x the chunked form's scratch (about 2 x --chunk x (--head-dim + --chunk))",
+                     H_ * kda_chunked_scratch((int)D_, (int)D_, (int)C_));
     Rng rng(s_.seed);
     const int64_t n = T_ * H_ * D_;
     q_ = rng.uniform_vec(n, -1.0f, 1.0f);
@@ -473,10 +483,11 @@ class KdaRecurrentBench : public BenchBase {
     S0_ = rng.uniform_vec(H_ * D_ * D_, -0.1f, 0.1f);
     S_ = S0_;
     o_.assign(n, 0.0f);
+    if (C_ > 0) scratch_.assign((size_t)(H_ * kda_chunked_scratch((int)D_, (int)D_, (int)C_)), 0.0f);
     return Ok{};
   }
   void run() override {
-    fault::at_op("kda_recurrent");
+    fault::at_op(C_ > 0 ? "kda_chunk" : "kda_recurrent");
     const int64_t I = H_ * D_;
     for_tokens(pool_.get(), H_, "kda_recurrent", [&](int64_t b, int64_t e) {
       for (int64_t h = b; h < e; ++h) {
@@ -485,7 +496,11 @@ class KdaRecurrentBench : public BenchBase {
         hd.beta = &beta_[h], hd.o = &o_[h * D_];
         hd.qk_stride = hd.v_stride = hd.g_stride = hd.o_stride = I;
         hd.beta_stride = H_;
-        k_->recurrent(hd, T_, (int)D_, (int)D_, scale_, &S_[h * D_ * D_]);
+        if (C_ > 0)
+          kda_chunked(hd, T_, (int)D_, (int)D_, scale_, (int)C_, &S_[h * D_ * D_],
+                      &scratch_[h * kda_chunked_scratch((int)D_, (int)D_, (int)C_)]);
+        else
+          k_->recurrent(hd, T_, (int)D_, (int)D_, scale_, &S_[h * D_ * D_]);
       }
     }, 2);  // from 2 heads, as the forward pass splits them
   }
@@ -494,7 +509,8 @@ class KdaRecurrentBench : public BenchBase {
   // The state read and written once per call, q, k, v, g, o per token (20 bytes a channel), as the
   // hybrid's trace counts it.
   OpCost cost() const override {
-    return {(double)H_ * (2 * kda_state_bytes((int)D_, (int)D_) + 20.0 * T_ * D_), (double)H_ * kda_recurrent_flops(T_, (int)D_, (int)D_)};
+    const double flops = C_ > 0 ? kda_chunked_flops(T_, (int)D_, (int)D_, (int)C_) : kda_recurrent_flops(T_, (int)D_, (int)D_);
+    return {(double)H_ * (2 * kda_state_bytes((int)D_, (int)D_) + 20.0 * T_ * D_), (double)H_ * flops};
   }
   std::vector<Array> inputs() const override {
     const std::vector<size_t> tok = {(size_t)T_, (size_t)H_, (size_t)D_};
@@ -504,9 +520,9 @@ class KdaRecurrentBench : public BenchBase {
 
  private:
   const KdaKernels* k_;
-  int64_t T_, H_, D_;
+  int64_t T_, H_, D_, C_;  // C_: the chunk (kda_chunk), 0 for kda_recurrent
   float scale_;
-  std::vector<float> q_, k_in_, v_, g_, beta_, S0_, S_, o_;
+  std::vector<float> q_, k_in_, v_, g_, beta_, S0_, S_, o_, scratch_;
 };
 
 // Output: the index as one float (exact: --cols is capped at 2^24).
@@ -549,6 +565,8 @@ const std::vector<KernelSpec>& kernels() {
       {"attend", {{"--ctx", "ctx", kRequired, 1, M}, {"--head-dim", "head_dim", kRequired, 1, 1 << 16}}},
       // The vector KDA families take head_dim <= 1024 (kernels/kda.h).
       {"kda_recurrent", {{"--heads", "heads", kRequired, 1, M}, {"--head-dim", "head_dim", kRequired, 1, 1024}, tokens}},
+      {"kda_chunk", {{"--heads", "heads", kRequired, 1, M}, {"--head-dim", "head_dim", kRequired, 1, 1024}, tokens,
+                     {"--chunk", "chunk", 64, 1, 1024}}},
       // The output is the index as a float32, exact up to 2^24.
       {"argmax", {{"--cols", "cols", kRequired, 1, 1 << 24}}},
   };
@@ -614,7 +632,7 @@ Expected<std::unique_ptr<Bench>> make_bench(const Setup& given) {
   else if (n == "quantize_acts") b = std::make_unique<QuantizeActsBench>(s);
   else if (n == "rope") b = std::make_unique<RopeBench>(s);
   else if (n == "attend") b = std::make_unique<AttendBench>(s);
-  else if (n == "kda_recurrent") b = std::make_unique<KdaRecurrentBench>(s);
+  else if (n == "kda_recurrent" || n == "kda_chunk") b = std::make_unique<KdaBench>(s);
   else b = std::make_unique<ArgmaxBench>(s);
   if (Status st = b->init(); !st) return st.error();
   b->params["seed"] = s.seed;

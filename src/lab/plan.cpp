@@ -30,6 +30,8 @@ const std::vector<KernelInfo>& kernels() {
       {"argmax", {"argmax"}, {"--cols", "49152"}},
       // KDA's recurrence at hybrid-small's shape (8 heads of 128), one decode token.
       {"kda_recurrent", {"kda_recurrent", "recurrent_v", "KdaHead"}, {"--heads", "8", "--head-dim", "128", "--tokens", "1"}},
+      // Its chunked form at the same shape, one 512-token prefill.
+      {"kda_chunk", {"kda_chunked"}, {"--heads", "8", "--head-dim", "128", "--tokens", "512", "--chunk", "64"}},
   };
   return k;
 }

@@ -322,21 +322,26 @@ def test_ledger_records_rerun_verify_and_tamper(ouro_bin, tmp_path):
     assert p.returncode == 1 and len(ledger.read_text().splitlines()) == 2
 
 
-def test_plan_routes_a_kda_kernel_change_to_its_microbenchmark(ouro_bin, tmp_path):
-    """A change inside the vector KDA recurrence (kda_vec.inc) is a kda_recurrent kernel spec, valid as written."""
+@pytest.mark.parametrize("path,old,new,kernel", [
+    ("src/kernels/kda_vec.inc", "  constexpr int kChunk = 16;", "  constexpr int kChunk = 8;", "kda_recurrent"),
+    ("src/kernels/kda.cpp", "  float* xd = e + dk;                     // dk", "  float* xd = e + dk;  // dk", "kda_chunk"),
+])
+def test_plan_routes_a_kda_kernel_change_to_its_microbenchmark(ouro_bin, tmp_path, path, old, new, kernel):
+    """A change inside the vector KDA recurrence (kda_vec.inc) is a kda_recurrent kernel spec, one
+    inside the chunked form (kda_chunked) a kda_chunk spec, each valid as written."""
     repo = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", "--shared", str(ROOT), str(repo)], check=True)
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
     base = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    f = repo / "src/kernels/kda_vec.inc"
-    old = "  constexpr int kChunk = 16;"
+    f = repo / path
     assert old in f.read_text()
-    f.write_text(f.read_text().replace(old, "  constexpr int kChunk = 8;", 1))
+    f.write_text(f.read_text().replace(old, new, 1))
     p = lab(ouro_bin, tmp_path, "plan", base, "worktree", "-o", tmp_path / "planned", "--json", cwd=repo)
     assert p.returncode == 0, p.stderr
     plan = json.loads(p.stdout)
-    assert plan["kernels"] == ["kda_recurrent"] and [s["level"] for s in plan["specs"]] == ["kernel"], plan
-    check = lab(ouro_bin, tmp_path, "check", plan["specs"][0]["path"], cwd=repo)
+    assert kernel in plan["kernels"] and {s["level"] for s in plan["specs"]} == {"kernel"}, plan
+    spec = next(s for s in plan["specs"] if s["path"].endswith(f"kernel-{kernel}.toml"))
+    check = lab(ouro_bin, tmp_path, "check", spec["path"], cwd=repo)
     assert check.returncode == 0, check.stderr
 
 

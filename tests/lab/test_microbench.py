@@ -225,6 +225,18 @@ def test_kda_recurrent(ouro_bin, tmp_path, isa, heads, head_dim, tokens):
     assert rec["flops"] > 0 and rec["bytes"] >= 2 * 4 * heads * head_dim * head_dim  # the state in and out
 
 
+@pytest.mark.parametrize("heads,head_dim,tokens,chunk", [(2, 16, 1, 16), (3, 24, 17, 16), (2, 32, 65, 64), (4, 128, 9, 4)])
+def test_kda_chunk(ouro_bin, tmp_path, heads, head_dim, tokens, chunk):
+    """The chunked (WY/UT) form against the same float64 recurrence: within a chunk, across chunk
+    boundaries and with a partial last chunk."""
+    y, inp, rec = run_kernel(ouro_bin, tmp_path, "kda_chunk", "--heads", heads, "--head-dim", head_dim,
+                             "--tokens", tokens, "--chunk", chunk, extra=["-t", 2])
+    assert y.shape == (tokens, heads, head_dim) and rec["params"]["chunk"] == chunk
+    assert rec["params"]["family"] == "scalar"
+    np.testing.assert_allclose(y, kda_reference(inp), rtol=1e-4, atol=1e-5)
+    assert rec["flops"] > 0
+
+
 # ---- determinism and the record -----------------------------------------------------------------
 
 @pytest.mark.parametrize("args", [["matmul", "--type", "q8_0", "--rows", 16, "--cols", 64, "--tokens", 2],
@@ -301,6 +313,10 @@ def test_json_record(ouro_bin, tmp_path):
     (["kda_recurrent", "--heads", 2, "--head-dim", 1025], "--head-dim"),
     (["kda_recurrent", "--head-dim", 64], "--heads"),
     (["kda_recurrent", "--heads", 1 << 20, "--head-dim", 1024], "--heads x --head-dim"),
+    (["kda_recurrent", "--heads", 2, "--head-dim", 16, "--chunk", 16], "--chunk"),
+    (["kda_chunk", "--heads", 2, "--head-dim", 16, "--chunk", 0], "--chunk"),
+    (["kda_chunk", "--heads", 2, "--head-dim", 16, "--chunk", 1025], "--chunk"),
+    (["kda_chunk", "--heads", 1 << 14, "--head-dim", 1, "--chunk", 1024], "--heads x the chunked form's scratch"),
     (["argmax", "--cols", 8, "--iters", 0], "--iters"),
     (["argmax", "--cols", 8, "--iters", 5, "--min-time", 10], "--min-time"),
     (["argmax", "--cols", 8, "--isa", "sse9"], "--isa"),

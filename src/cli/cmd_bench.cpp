@@ -133,9 +133,11 @@ int cmd_bench(int argc, char** argv) {
     }
   }
   if (Status s = finish_trace(a, e); !s) return report(s.error());
-  // Decode reads every weight once per token plus, on average, the depth and half the new tokens' KV.
+  // Decode reads every weight once per token plus, on average, the depth and half the new tokens' KV,
+  // and reads and writes the recurrent state once (KDA's; 0 for llama).
   const double kv_avg = ((double)*depth + 0.5 * (double)*gl) * st->kv_bytes_per_token();
-  const double bytes_per_tok = (double)e.model().weight_bytes_per_token() + kv_avg;
+  const double state_rw = 2.0 * (double)st->state_bytes();
+  const double bytes_per_tok = (double)e.model().weight_bytes_per_token() + kv_avg + state_rw;
   nlohmann::json j = {{"commit", OURO_COMMIT},
                       {"model", e.config().model_path},
                       {"threads", e.config().threads},
@@ -150,6 +152,7 @@ int cmd_bench(int argc, char** argv) {
                       {"kv", e.kv_spec().describe()},
                       {"kv_bytes_per_token", st->kv_bytes_per_token()},
                       {"state_bytes", st->state_bytes()},
+                      {"state_bytes_per_decode_token", state_rw},
                       {"repeats", *reps},
                       {"warmup", *warm},
                       {"bytes_per_decode_token", bytes_per_tok}};

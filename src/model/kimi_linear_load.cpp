@@ -36,6 +36,7 @@ struct Loader {
     if (!t) return t.error();
     if (!type_traits((*t)->type)) return unsupported(**t);
     *out = pack_slice((*t)->type, (*t)->data, cols, rows);
+    if (out->kind != PackedKind::kRows) f.release_pages((*t)->data, (*t)->nbytes);  // the packed copy is what runs
     return Ok{};
   }
   // The router keeps the file's type when that is a float one (llama.cpp's files keep it F32: it
@@ -58,6 +59,7 @@ struct Loader {
     const size_t slice = row_bytes((*t)->type, cols) * rows;
     out->clear();
     for (int64_t i = 0; i < n; ++i) out->push_back(pack_slice((*t)->type, (*t)->data + i * slice, cols, rows));
+    if (n > 0 && (*out)[0].kind != PackedKind::kRows) f.release_pages((*t)->data, (*t)->nbytes);
     return Ok{};
   }
   // An F32 vector (or a [n, 1] / [1, n] one where llama.cpp's converter writes that shape).

@@ -84,7 +84,12 @@ void self_report(const TrustInput& in, std::vector<TrustCheck>& out) {
     if (!db.empty() && !dc.empty()) against_clock(m, db, dc, 0.03, c);
   }
   for (const auto& [m, bl] : in.bench_lab[0]) {
-    if (!in.bench_lab[1].count(m) || !in.bench_self[0].count(m) || !in.bench_self[1].count(m)) continue;
+    if (!in.bench_self[0].count(m) || !in.bench_self[1].count(m)) continue;
+    if (!in.bench_lab[1].count(m)) {  // said, not failed: an older candidate revision has no --markers
+      c.detail += (c.detail.empty() ? "" : "; ") + std::string("`ouro bench` ") + m +
+                  ": the candidate's bench rejected --markers (a revision from before them?), so only the pair check below applies";
+      continue;
+    }
     std::vector<double> d[2];
     int unframed = 0;
     for (int side = 0; side < 2; ++side) {

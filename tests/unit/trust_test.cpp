@@ -105,6 +105,11 @@ TEST(Trust, InflatedBenchIsNamedByItsMarkersWhateverThePairNoise) {
   c = get(check_trust(in), "measurement_mismatch");
   EXPECT_EQ(c.verdict, "fail") << c.detail;
   EXPECT_NE(c.detail.find("printed none"), std::string::npos) << c.detail;
+  // A candidate without markers (its bench rejected the flag): the pair check only, and said.
+  in.bench_lab[1].clear();
+  c = get(check_trust(in), "measurement_mismatch");
+  EXPECT_EQ(c.verdict, "pass") << c.detail;
+  EXPECT_NE(c.detail.find("rejected --markers"), std::string::npos) << c.detail;
   // A baseline without markers (a revision from before them): only the pair check applies.
   in.bench_lab[0].clear();
   in.bench_lab[1].clear();

@@ -19,13 +19,17 @@ median of the per-round (paired) ratios are printed. --json FILE writes the whol
 llama.cpp's own llama-bench (C++, built from the same sdist by scripts/build_llama_tools.sh) runs pp P
 and tg G on the same file and threads, and its figures are printed beside the binding's, which they
 should match (--no-llama-bench skips it).
+--depth D: both engines measure pp and tg after D cached tokens (the D ids drawn after the prompt's,
+filled untimed before each measurement: llama-bench's -d, ouro bench's --depth); each measurement
+process's peak RSS is recorded beside its figures (os.wait4), so a depth table shows what the cache
+costs in memory.
 Each measurement also records the 1-minute load average and the share of its wall time in which
 some task waited for a CPU (Linux /proc/pressure/cpu, "stall%"): both engines spin-wait between
 parallel steps, so with T = all cores any other load makes them collapse (10-50x was seen on a
 2-core VM); a warning is printed when stall% exceeds 5%.
 
-Usage: .venv/bin/python bench/compare_llamacpp.py [--prompt-len 512] [--gen-len 128] [--threads 2]
-       [--rounds 5] [--json out.json]
+Usage: .venv/bin/python bench/compare_llamacpp.py [--prompt-len 512] [--gen-len 128] [--depth 0]
+       [--threads 2] [--rounds 5] [--json out.json]
 """
 import argparse
 import ctypes
@@ -38,6 +42,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -86,15 +91,16 @@ def llama_worker(args):
     import numpy as np
     import llama_cpp
 
-    P, G, T = args.prompt_len, args.gen_len, args.threads
-    n_ctx = max(512, -(-max(P, G, 1) // 256) * 256)
+    P, G, T, D = args.prompt_len, args.gen_len, args.threads, args.depth
+    n_ctx = context_for(args)
     n_batch = max(512, P)
     llm = llama_cpp.Llama(str(args.model), n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, n_threads=T,
                           n_threads_batch=T, logits_all=False, flash_attn=args.flash_attn, verbose=False)
     ctx = llm.ctx
     mem = llama_cpp.llama_get_memory(ctx)
     n_vocab = llm.n_vocab()
-    prompt = bench_prompt(P, n_vocab)
+    ids = bench_prompt(P + D, n_vocab)
+    prompt, depth_ids = ids[:P], ids[P:]
     prompt_arr = (llama_cpp.llama_token * max(P, 1))(*prompt)
     tok_arr = (llama_cpp.llama_token * 1)()
 
@@ -103,18 +109,25 @@ def llama_worker(args):
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
 
+    def start_at_depth():  # an empty cache, then the D depth ids in batches (untimed)
+        llama_cpp.llama_memory_clear(mem, False)
+        for i in range(0, D, n_batch):
+            chunk = depth_ids[i:i + n_batch]
+            decode((llama_cpp.llama_token * len(chunk))(*chunk), len(chunk))
+        llama_cpp.llama_synchronize(ctx)
+
     pp, tg = [], []
     for r in range(args.inproc_warmup + 1):
         keep = r >= args.inproc_warmup
         if P > 0:
-            llama_cpp.llama_memory_clear(mem, False)
+            start_at_depth()
             t0 = time.perf_counter()
             decode(prompt_arr, P)
             llama_cpp.llama_synchronize(ctx)
             if keep:
                 pp.append(P / (time.perf_counter() - t0))
         if G > 0:
-            llama_cpp.llama_memory_clear(mem, False)
+            start_at_depth()
             tok = prompt[0] if P > 0 else 1
             t0 = time.perf_counter()
             for _ in range(G):
@@ -128,6 +141,34 @@ def llama_worker(args):
            "n_ctx": n_ctx, "n_batch": n_batch, "flash_attn": args.flash_attn,
            "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip()}
     print(json.dumps(out))
+
+
+def context_for(args):
+    """The context both engines get: the depth plus the longer of the prompt and the generation,
+    rounded up to 256 (at least 512)."""
+    return max(512, -(-(args.depth + max(args.prompt_len, args.gen_len, 1)) // 256) * 256)
+
+
+def run_rss(cmd, timeout):
+    """Runs cmd; returns (exit code, stdout, stderr, the process's peak RSS in MiB from os.wait4)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    got = {}
+    readers = [threading.Thread(target=lambda k, f: got.__setitem__(k, f.read()), args=(k, f), daemon=True)
+               for k, f in (("out", p.stdout), ("err", p.stderr))]
+    for t in readers:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in readers:
+        t.join(max(0.0, deadline - time.monotonic()))
+    if any(t.is_alive() for t in readers):
+        p.kill()
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    for t in readers:
+        t.join()
+    if p.returncode == -9 and time.monotonic() >= deadline:
+        raise RuntimeError(f"{' '.join(cmd)} ran past {timeout:.0f} s")
+    return p.returncode, got.get("out", ""), got.get("err", ""), ru.ru_maxrss / 1024.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,12 +212,14 @@ def run_ouro(args):
     cmd = [str(args.ouro), "bench", "--prompt-len", str(args.prompt_len), "--gen-len", str(args.gen_len),
            "--repeats", "1", "--warmup", str(args.inproc_warmup), "--threads", str(args.threads),
            "--model", str(args.model), "--json", *shlex.split(args.ouro_args)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}: {p.stderr.strip()}")
-    j = json.loads(p.stdout)
+    if args.depth > 0:
+        cmd += ["--depth", str(args.depth), "--ctx", str(context_for(args))]
+    rc, out, err, rss = run_rss(cmd, args.timeout)
+    if rc != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {rc}: {err.strip()}")
+    j = json.loads(out)
     return {"prefill_tok_s": j.get("prefill_tok_s", {}).get("median"),
-            "decode_tok_s": j.get("decode_tok_s", {}).get("median"), "raw": j}
+            "decode_tok_s": j.get("decode_tok_s", {}).get("median"), "peak_rss_mib": rss, "raw": j}
 
 
 def machine_ceilings(args):
@@ -204,14 +247,14 @@ def describe_ceilings(probe, threads):
 def run_llama(args):
     cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--llama-worker",
            "--prompt-len", str(args.prompt_len), "--gen-len", str(args.gen_len), "--threads", str(args.threads),
-           "--inproc-warmup", str(args.inproc_warmup), "--model", str(args.model)]
+           "--inproc-warmup", str(args.inproc_warmup), "--model", str(args.model), "--depth", str(args.depth)]
     if args.flash_attn:
         cmd.append("--flash-attn")
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-    if p.returncode != 0:
-        raise RuntimeError(f"llama.cpp worker exited {p.returncode}: {p.stderr.strip()[-2000:]}")
-    j = json.loads(p.stdout.strip().splitlines()[-1])
-    return {"prefill_tok_s": j["prefill_tok_s"], "decode_tok_s": j["decode_tok_s"], "raw": j}
+    rc, out, err, rss = run_rss(cmd, args.timeout)
+    if rc != 0:
+        raise RuntimeError(f"llama.cpp worker exited {rc}: {err.strip()[-2000:]}")
+    j = json.loads(out.strip().splitlines()[-1])
+    return {"prefill_tok_s": j["prefill_tok_s"], "decode_tok_s": j["decode_tok_s"], "peak_rss_mib": rss, "raw": j}
 
 
 def run_llama_bench(args):
@@ -225,6 +268,8 @@ def run_llama_bench(args):
     cmd = [str(exe), "-m", str(args.model), "-t", str(args.threads), "-r", str(args.rounds), "-o", "json",
            "-fa", "on" if args.flash_attn else "off"]
     cmd += ["-p", str(args.prompt_len) if args.prompt_len else "0", "-n", str(args.gen_len) if args.gen_len else "0"]
+    if args.depth > 0:
+        cmd += ["-d", str(args.depth)]
     b = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout * 4)
     if b.returncode != 0:
         print(f"llama-bench: failed ({b.returncode}): {b.stderr.strip()[-500:]}")
@@ -252,6 +297,8 @@ def main():
     ap.add_argument("--prompt-len", "-P", type=int, default=512)
     ap.add_argument("--gen-len", "-G", type=int, default=128)
     ap.add_argument("--threads", "-T", type=int, default=2)
+    ap.add_argument("--depth", "-D", type=int, default=0,
+                    help="cached tokens before every measurement, both engines (llama-bench -d; default 0)")
     ap.add_argument("--rounds", type=int, default=5, help="measured ouro/llama.cpp pairs (default 5)")
     ap.add_argument("--warmup-runs", type=int, default=1,
                     help="discarded runs of each engine, alternated, before the rounds (default 1)")
@@ -273,6 +320,8 @@ def main():
     args.model = args.model.resolve()
     if args.prompt_len < 0 or args.gen_len < 0 or (args.prompt_len == 0 and args.gen_len == 0):
         ap.error("need --prompt-len >= 0, --gen-len >= 0, not both 0")
+    if args.depth < 0:
+        ap.error("need --depth >= 0")
     if args.threads < 1 or args.rounds < 1 or args.warmup_runs < 0 or args.inproc_warmup < 0:
         ap.error("need --threads >= 1, --rounds >= 1, --warmup-runs >= 0, --inproc-warmup >= 0")
 
@@ -289,11 +338,11 @@ def main():
 
     P, G, T = args.prompt_len, args.gen_len, args.threads
     print(f"ouro {git_describe()} vs llama-cpp-python {llama_cpp.__version__}  model {args.model.name}  "
-          f"cpu {cpu_model()}  threads {T}  pp{P} tg{G}  rounds {args.rounds} (+{args.warmup_runs} warm-up)"
+          f"cpu {cpu_model()}  threads {T}  pp{P} tg{G}" + (f" at depth {args.depth}" if args.depth else "") + f"  rounds {args.rounds} (+{args.warmup_runs} warm-up)"
           + (f"  ouro flags: {args.ouro_args}" if args.ouro_args else ""), flush=True)
 
     probe = machine_ceilings(args)
-    isa = run_ouro(argparse.Namespace(**{**vars(args), "prompt_len": 0, "gen_len": 1}))["raw"].get("isa")
+    isa = run_ouro(argparse.Namespace(**{**vars(args), "prompt_len": 0, "gen_len": 1, "depth": 0}))["raw"].get("isa")
     print(f"ouro kernels {isa} (OURO_ISA={os.environ.get('OURO_ISA', 'auto')}); {describe_ceilings(probe, T)}", flush=True)
 
     engines = (("ouro", run_ouro), ("llama.cpp", run_llama))
@@ -318,7 +367,8 @@ def main():
             st1, w1 = cpu_stall_us(), time.monotonic()
             stall = (st1 - st0) / 1e6 / (w1 - w0) if st0 is not None and st1 is not None else None
             s = {"round": i + 1, "time_utc": t, "loadavg_1m": la, "wall_s": w1 - w0, "cpu_stall_frac": stall,
-                 "prefill_tok_s": r["prefill_tok_s"], "decode_tok_s": r["decode_tok_s"]}
+                 "prefill_tok_s": r["prefill_tok_s"], "decode_tok_s": r["decode_tok_s"],
+                 "peak_rss_mib": r["peak_rss_mib"]}
             samples[name].append(s)
             rec[name] = r
             stalls.append(stall)
@@ -337,6 +387,7 @@ def main():
     summary = {}
     for name in samples:
         summary[name] = {k: median([s[k] for s in samples[name]]) for k in ("prefill_tok_s", "decode_tok_s")}
+        summary[name]["peak_rss_mib_max"] = max(s["peak_rss_mib"] for s in samples[name])
     for k, key in (("pp", "prefill_tok_s"), ("tg", "decode_tok_s")):
         summary[f"ratio_{k}_of_medians"] = ratio(summary["ouro"][key], summary["llama.cpp"][key])
         summary[f"ratio_{k}_median_paired"] = median([r[f"ratio_{k}"] for r in rounds])
@@ -347,6 +398,8 @@ def main():
         if a is not None:
             print(f"ouro/llama.cpp {k}{P if k == 'pp' else G}: {a:.3f} (ratio of medians), "
                   f"{b:.3f} (median of per-round ratios)")
+    print(f"peak RSS (largest measurement process): ouro {summary['ouro']['peak_rss_mib_max']:.0f} MiB, "
+          f"llama.cpp {summary['llama.cpp']['peak_rss_mib_max']:.0f} MiB (its Python interpreter included)")
 
     # llama.cpp's own benchmark on the same file and threads, beside the binding measured above: the
     # two should agree (same library, same ggml), so a reader sees the binding is a fair stand-in.
@@ -380,6 +433,7 @@ def main():
             "threads": T,
             "prompt_len": P,
             "gen_len": G,
+            "depth": args.depth,
             "rounds": args.rounds,
             "warmup_runs": args.warmup_runs,
             "inproc_warmup": args.inproc_warmup,

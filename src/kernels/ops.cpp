@@ -197,7 +197,9 @@ inline void dot_rows4(const float* q, const uint8_t* const* p, int hd, float* ou
 }
 
 // Any head_dim, any types: through the scalar decoder (slow; head dims that are not a multiple of 8).
-void attend_generic(const float* q, const KvPages& pg, int64_t n_keys, int hd, float scale, float* scores, float* out) {
+// The output is the first hd_v values of the weighted value rows.
+void attend_generic(const float* q, const KvPages& pg, int64_t n_keys, int hd, int hd_v, float scale, float* scores,
+                    float* out) {
   std::vector<float> row;
   auto value = [&](const KvSide& s, int64_t p, int i) -> float {
     const uint8_t* r = s.base + (int64_t)pg.blocks[p / pg.block_size] * s.block_bytes + (p % pg.block_size) * s.row_bytes;
@@ -218,9 +220,9 @@ void attend_generic(const float* q, const KvPages& pg, int64_t n_keys, int hd, f
     scores[p] = s * scale;
   }
   softmax_inplace(scores, n_keys);
-  for (int i = 0; i < hd; ++i) out[i] = 0;
+  for (int i = 0; i < hd_v; ++i) out[i] = 0;
   for (int64_t p = 0; p < n_keys; ++p)
-    for (int i = 0; i < hd; ++i) out[i] += scores[p] * value(pg.v, p, i);
+    for (int i = 0; i < hd_v; ++i) out[i] += scores[p] * value(pg.v, p, i);
 }
 
 template <KvType KT, KvType VT>
@@ -271,26 +273,148 @@ void attend_typed(const float* q, const KvPages& pg, int64_t n_keys, int hd, flo
   }
 }
 
-template <KvType KT>
-void attend_k(const float* q, const KvPages& pg, int64_t n_keys, int hd, float scale, float* scores, float* out) {
-  switch (pg.v.type) {
-    case KvType::kF32: return attend_typed<KT, KvType::kF32>(q, pg, n_keys, hd, scale, scores, out);
-    case KvType::kBF16: return attend_typed<KT, KvType::kBF16>(q, pg, n_keys, hd, scale, scores, out);
-    case KvType::kFP8: return attend_typed<KT, KvType::kFP8>(q, pg, n_keys, hd, scale, scores, out);
-    case KvType::kInt8: return attend_typed<KT, KvType::kInt8>(q, pg, n_keys, hd, scale, scores, out);
+// Row r's address and scale for positions [p0, p0 + n) of a side, across its blocks.
+template <KvType T>
+void rows_of(const KvPages& pg, const KvSide& s, int64_t p0, int64_t n, const uint8_t** rows, float* scales) {
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t p = p0 + j;
+    rows[j] = s.base + (int64_t)pg.blocks[p / pg.block_size] * s.block_bytes + (p % pg.block_size) * s.row_bytes;
+    scales[j] = kv_scale_of<T>(rows[j], s);
+  }
+}
+
+// out[h][c0, c0 + 8 NV) (+)= sum over the n rows of w[h][j] * row j, for GB heads at once: each
+// row's values are loaded once for the GB heads, every accumulator in a register. Per column and
+// head the FMAs are attend_typed's, in position order. first: the accumulators start at zero.
+template <KvType VT, int GB, int NV>
+void weighted_cols(const uint8_t* const* rows, int64_t off, int64_t n, const float* w, int64_t w_stride, bool first,
+                   float* out, int64_t os) {
+  constexpr int veb = (int)kv_elem_bytes(VT);
+  __m256 acc[GB][NV];
+#pragma GCC unroll 4
+  for (int h = 0; h < GB; ++h)
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; ++c) acc[h][c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(out + h * os + 8 * c);
+  for (int64_t j = 0; j < n; ++j) {
+    const uint8_t* vp = rows[j] + off;
+    __m256 v[NV];
+#pragma GCC unroll 4
+    for (int c = 0; c + 1 < NV; c += 2) load16<VT>(vp + 8 * c * veb, &v[c], &v[c + 1]);
+    if constexpr (NV % 2 == 1) v[NV - 1] = load8<VT>(vp + 8 * (NV - 1) * veb);
+#pragma GCC unroll 4
+    for (int h = 0; h < GB; ++h) {
+      const __m256 wv = _mm256_broadcast_ss(&w[h * w_stride + j]);
+#pragma GCC unroll 4
+      for (int c = 0; c < NV; ++c) acc[h][c] = _mm256_fmadd_ps(wv, v[c], acc[h][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int h = 0; h < GB; ++h)
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; ++c) _mm256_storeu_ps(out + h * os + 8 * c, acc[h][c]);
+}
+
+// weighted_cols over all hd_v columns, 32 at a time.
+template <KvType VT, int GB>
+void weighted_rows(const uint8_t* const* rows, int64_t data_off, int64_t n, const float* w, int64_t w_stride, int hd_v,
+                   bool first, float* out, int64_t os) {
+  constexpr int64_t veb = (int64_t)kv_elem_bytes(VT);
+  int c0 = 0;
+  for (; c0 + 32 <= hd_v; c0 += 32) weighted_cols<VT, GB, 4>(rows, data_off + c0 * veb, n, w, w_stride, first, out + c0, os);
+  switch ((hd_v - c0) / 8) {
+    case 3: return weighted_cols<VT, GB, 3>(rows, data_off + c0 * veb, n, w, w_stride, first, out + c0, os);
+    case 2: return weighted_cols<VT, GB, 2>(rows, data_off + c0 * veb, n, w, w_stride, first, out + c0, os);
+    case 1: return weighted_cols<VT, GB, 1>(rows, data_off + c0 * veb, n, w, w_stride, first, out + c0, os);
+  }
+}
+
+// attend_typed for g_heads heads at once. Scores: per block of 4 keys every head's dot_rows4 (the
+// keys stay in L1 across the heads), each times the same (row scale * scale) product. Weighted sum:
+// tiles of kVTile positions (in L1 across the heads), two heads at a time (weighted_rows), the
+// accumulators carried through out between tiles; every column still sums its keys in position
+// order with attend_typed's FMA and weight, so the bits are its.
+template <KvType KT, KvType VT>
+void attend_heads_typed(const float* q, int G, int64_t qs, const KvPages& pg, int64_t n_keys, int hd, int hd_v,
+                        float scale, float* scores, float* out, int64_t os) {
+  constexpr int64_t kTile = 64;
+  const uint8_t* rows[kTile];
+  float rs[kTile];
+  for (int64_t p0 = 0; p0 < n_keys; p0 += kTile) {
+    const int64_t n = std::min(kTile, n_keys - p0);
+    rows_of<KT>(pg, pg.k, p0, n, rows, rs);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      const uint8_t* r4[4] = {rows[i] + pg.k.data_off, rows[i + 1] + pg.k.data_off, rows[i + 2] + pg.k.data_off,
+                              rows[i + 3] + pg.k.data_off};
+      for (int g = 0; g < G; ++g) {
+        float d[4];
+        dot_rows4<KT>(q + g * qs, r4, hd, d);
+        for (int k = 0; k < 4; ++k) scores[g * n_keys + p0 + i + k] = d[k] * (rs[i + k] * scale);
+      }
+    }
+    for (; i < n; ++i)
+      for (int g = 0; g < G; ++g)
+        scores[g * n_keys + p0 + i] = dot_row<KT>(q + g * qs, rows[i] + pg.k.data_off, hd) * (rs[i] * scale);
+  }
+  for (int g = 0; g < G; ++g) softmax_inplace(scores + g * n_keys, n_keys);
+  constexpr int64_t kVTile = 16;
+  float wt[2][kVTile];
+  for (int64_t p0 = 0; p0 < n_keys; p0 += kVTile) {
+    const int64_t n = std::min(kVTile, n_keys - p0);
+    rows_of<VT>(pg, pg.v, p0, n, rows, rs);
+    for (int g = 0; g < G; g += 2) {
+      const int gb = std::min(2, G - g);
+      for (int h = 0; h < gb; ++h)
+        for (int64_t j = 0; j < n; ++j) wt[h][j] = scores[(g + h) * n_keys + p0 + j] * rs[j];
+      if (gb == 2) weighted_rows<VT, 2>(rows, pg.v.data_off, n, &wt[0][0], kVTile, hd_v, p0 == 0, out + g * os, os);
+      else weighted_rows<VT, 1>(rows, pg.v.data_off, n, &wt[0][0], kVTile, hd_v, p0 == 0, out + g * os, os);
+    }
+  }
+}
+
+// Calls fn.template operator()<KT, VT>() for the sides' runtime types.
+template <KvType KT, class F>
+void with_v_type(KvType vt, F&& fn) {
+  switch (vt) {
+    case KvType::kF32: return fn.template operator()<KT, KvType::kF32>();
+    case KvType::kBF16: return fn.template operator()<KT, KvType::kBF16>();
+    case KvType::kFP8: return fn.template operator()<KT, KvType::kFP8>();
+    case KvType::kInt8: return fn.template operator()<KT, KvType::kInt8>();
+  }
+}
+template <class F>
+void with_kv_types(KvType kt, KvType vt, F&& fn) {
+  switch (kt) {
+    case KvType::kF32: return with_v_type<KvType::kF32>(vt, fn);
+    case KvType::kBF16: return with_v_type<KvType::kBF16>(vt, fn);
+    case KvType::kFP8: return with_v_type<KvType::kFP8>(vt, fn);
+    case KvType::kInt8: return with_v_type<KvType::kInt8>(vt, fn);
   }
 }
 
 }  // namespace
 
 void attend_paged(const float* q, const KvPages& pg, int64_t n_keys, int hd, float scale, float* scores, float* out) {
-  if (hd % 8 != 0) return attend_generic(q, pg, n_keys, hd, scale, scores, out);
-  switch (pg.k.type) {
-    case KvType::kF32: return attend_k<KvType::kF32>(q, pg, n_keys, hd, scale, scores, out);
-    case KvType::kBF16: return attend_k<KvType::kBF16>(q, pg, n_keys, hd, scale, scores, out);
-    case KvType::kFP8: return attend_k<KvType::kFP8>(q, pg, n_keys, hd, scale, scores, out);
-    case KvType::kInt8: return attend_k<KvType::kInt8>(q, pg, n_keys, hd, scale, scores, out);
+  if (hd % 8 != 0) return attend_generic(q, pg, n_keys, hd, hd, scale, scores, out);
+  with_kv_types(pg.k.type, pg.v.type, [&]<KvType KT, KvType VT>() {
+    attend_typed<KT, VT>(q, pg, n_keys, hd, scale, scores, out);
+  });
+}
+
+void attend_paged_heads(const float* q, int g_heads, int64_t q_stride, const KvPages& pg, int64_t n_keys, int hd,
+                        int hd_v, float scale, float* scores, float* out, int64_t out_stride) {
+  if (n_keys <= 0) {  // attend_paged's zero sum
+    for (int g = 0; g < g_heads; ++g) std::fill(out + g * out_stride, out + g * out_stride + hd_v, 0.0f);
+    return;
   }
+  if (hd % 8 != 0 || hd_v % 8 != 0) {
+    for (int g = 0; g < g_heads; ++g)
+      attend_generic(q + g * q_stride, pg, n_keys, hd, hd_v, scale, scores, out + g * out_stride);
+    return;
+  }
+  with_kv_types(pg.k.type, pg.v.type, [&]<KvType KT, KvType VT>() {
+    attend_heads_typed<KT, VT>(q, g_heads, q_stride, pg, n_keys, hd, hd_v, scale, scores, out, out_stride);
+  });
 }
 
 }  // namespace ouro

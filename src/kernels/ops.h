@@ -45,6 +45,15 @@ struct KvPages {
 void attend_paged(const float* q, const KvPages& pages, int64_t n_keys, int head_dim, float scale, float* scores,
                   float* out);
 
+// Attention of g_heads query heads that share one key/value head (grouped-query attention; MLA's
+// heads over the latent rows) at the same n_keys positions: each cached row is read once for all
+// heads, which then find it in L1/L2, instead of once per head. Head g's query is at
+// q + g * q_stride, its output, the first hd_v values of the weighted value rows (hd_v <= hd), at
+// out + g * out_stride; scores: g_heads * n_keys floats of scratch. Per head the arithmetic, and so
+// every bit of the output, is attend_paged's.
+void attend_paged_heads(const float* q, int g_heads, int64_t q_stride, const KvPages& pages, int64_t n_keys, int hd,
+                        int hd_v, float scale, float* scores, float* out, int64_t out_stride);
+
 float dot_f32(const float* a, const float* b, int64_t n);
 
 // Bytes and FLOPs of attend_one over n_keys keys (scores, softmax, weighted sum).

@@ -202,17 +202,29 @@ void Pass::mla(int l) {
     ws.cum_keys[0] = 0;
     for (int t = 0; t < T; ++t) ws.cum_keys[t + 1] = ws.cum_keys[t] + n_past + t + 1;
     const int max_keys = n_past + T;
-    if ((int64_t)ws.scores.size() < (int64_t)pool.size() * max_keys) ws.scores.resize((size_t)pool.size() * max_keys);
+    // Work items: (token, group of gs heads). All heads of a token in one group read each cached
+    // row once; decode splits them into as many groups as keep every thread busy. A head's bits
+    // do not depend on its group.
+    const int nt = pool.size();
+    int ng = 1;
+    while (ng < H && !((int64_t)T * ng >= 8 * nt || ((int64_t)T * ng) % nt == 0)) {
+      ++ng;
+      while (H % ng != 0) ++ng;
+    }
+    const int gs = H / ng;
+    if ((int64_t)ws.scores.size() < (int64_t)nt * gs * max_keys) ws.scores.resize((size_t)nt * gs * max_keys);
     const float scale = 1.0f / std::sqrt((float)KQ);
     const KvPages pages{b.blocks, kv.block_size(), kv.side(li, false, 0), kv.side(li, true, 0)};
-    pool.run([&](int th, int nt) {
+    pool.run([&](int th, int nthreads) {
       int64_t b, e;
-      ThreadPool::split_weighted(ws.cum_keys.data(), T, H, th, nt, &b, &e);
-      float* scores = &ws.scores[(size_t)th * max_keys];
-      // The value rows are the cached rows themselves: the first L outputs are the latent context.
+      ThreadPool::split_weighted(ws.cum_keys.data(), T, ng, th, nthreads, &b, &e);
+      float* scores = &ws.scores[(size_t)th * gs * max_keys];
+      // The value rows are the cached rows themselves: the first L values are the latent context.
       for (int64_t i = b; i < e; ++i) {
-        const int t = (int)(i / H);
-        attend_paged(&qk[i * W], pages, fault::attention_keys(n_past + t + 1), W, scale, scores, &ctx[i * W]);
+        const int t = (int)(i / ng);
+        const size_t h0 = (size_t)t * H + (size_t)(i % ng) * gs;
+        attend_paged_heads(&qk[h0 * W], gs, W, pages, fault::attention_keys(n_past + t + 1), W, L, scale, scores,
+                           &ctx[h0 * W], W);
       }
     }, "mla_attention");
   }

@@ -523,6 +523,45 @@ TEST(AttendPaged, F32OneBlockEqualsAttendOne) {
   EXPECT_EQ(o1, o2);
 }
 
+// attend_paged_heads gives each head exactly attend_paged's bits (the first hd_v values), for every
+// type pair, key counts around its tiles of 4 and 64, shuffled blocks, and head dims the vector
+// path and the generic path take; it writes nothing past hd_v.
+TEST(AttendPagedHeads, EachHeadIsAttendPagedBitForBit) {
+  std::mt19937 rng(41);
+  std::normal_distribution<float> nd(0, 1);
+  const int bs = 16, n_blocks = 12;
+  struct Dims { int hd, hd_v; };
+  for (KvType kt : kAllTypes)
+    for (KvType vt : kAllTypes)
+      for (Dims dm : {Dims{64, 64}, Dims{576, 512}, Dims{264, 136}, Dims{40, 40}, Dims{12, 8}})
+        for (int n : {1, 3, 4, 5, 63, 64, 65, 130})
+          for (int G : {1, 3, 8}) {
+            SCOPED_TRACE(::testing::Message() << kv_type_name(kt) << "/" << kv_type_name(vt) << " hd " << dm.hd
+                                              << " hd_v " << dm.hd_v << " n " << n << " G " << G);
+            std::vector<int> table(n_blocks);
+            std::iota(table.begin(), table.end(), 0);
+            std::shuffle(table.begin(), table.end(), rng);
+            Pool K(kt, 1, dm.hd, bs, n_blocks), V(vt, 1, dm.hd, bs, n_blocks);
+            std::vector<float> row(dm.hd);
+            for (int p = 0; p < n; ++p) {
+              for (auto& a : row) a = nd(rng);
+              kv_encode_row(kt, row.data(), 1, dm.hd, K.row(table[p / bs], p % bs));
+              for (auto& a : row) a = nd(rng);
+              kv_encode_row(vt, row.data(), 1, dm.hd, V.row(table[p / bs], p % bs));
+            }
+            const int64_t qs = dm.hd + 8, os = dm.hd + 16;
+            std::vector<float> q(G * qs), out(G * os, NAN), one(dm.hd), scores(G * n), s1(n);
+            for (auto& a : q) a = nd(rng);
+            const KvPages pg{table.data(), bs, K.side(0), V.side(0)};
+            attend_paged_heads(q.data(), G, qs, pg, n, dm.hd, dm.hd_v, 0.09f, scores.data(), out.data(), os);
+            for (int g = 0; g < G; ++g) {
+              attend_paged(q.data() + g * qs, pg, n, dm.hd, 0.09f, s1.data(), one.data());
+              ASSERT_EQ(0, std::memcmp(one.data(), out.data() + g * os, sizeof(float) * dm.hd_v)) << "head " << g;
+              for (int64_t i = dm.hd_v; i < os; ++i) ASSERT_TRUE(std::isnan(out[g * os + i])) << "head " << g << " i " << i;
+            }
+          }
+}
+
 // ---- --kv / --kv-layers -----------------------------------------------------------------------
 
 namespace {

@@ -1,7 +1,8 @@
 // This file is over 600 lines: one short bench class per kernel the lab can time (matmul, the per-token ops,
 // rope, attend, argmax, kda_recurrent, kda_chunk), side by side with the registry and the timing loop they
-// share (BenchBase, Rng and for_tokens are file-local).
+// share (BenchBase, Rng and for_tokens in microbench_parts.h; moe in microbench_moe.cpp).
 #include "lab/microbench.h"
+#include "lab/microbench_parts.h"
 
 #include <algorithm>
 #include <chrono>
@@ -23,72 +24,8 @@
 
 namespace ouro::microbench {
 
-namespace {
-
-constexpr long long kMax = kMaxElements;
-
-// Floats from mt19937_64 bits with our own conversion: std::uniform_real_distribution's algorithm is
-// implementation-defined, and the inputs must be identical in every build the lab compares.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : g_(seed) {}
-  // In double, the product of a float and a 24-bit fraction is exact, so whether the compiler
-  // contracts the multiply-add into an FMA (build flags may differ between baseline and candidate)
-  // cannot change the value: one rounding in double, one to float.
-  float uniform(float lo, float hi) {
-    const double u = (double)(g_() >> 40) * 0x1p-24;
-    return (float)((double)lo + (double)(hi - lo) * u);
-  }
-  uint8_t byte() { return (uint8_t)(g_() >> 56); }
-  std::vector<float> uniform_vec(size_t n, float lo, float hi) {
-    std::vector<float> v(n);
-    for (auto& x : v) x = uniform(lo, hi);
-    return v;
-  }
-
- private:
-  std::mt19937_64 g_;
-};
-
-// Runs fn over ranges of [0, n) as the model's forward pass does (core's parallel_ranges: on the
-// caller below min_parallel items or with one thread, else split across the pool); no pool (one
-// thread) runs on the caller.
-template <typename Fn>
-void for_tokens(ThreadPool* pool, int64_t n, const char* region, Fn&& fn, int64_t min_parallel = 4) {
-  if (!pool) { if (n > 0) fn((int64_t)0, n); return; }
-  parallel_ranges(*pool, n, region, fn, min_parallel);
-}
-
-Error too_big(const std::string& what, int64_t n) {
-  return usage_error(what + ": " + std::to_string(n) + " elements exceed the limit of " + std::to_string(kMax));
-}
-
-class BenchBase : public Bench {
- protected:
-  // Kernels that split work across threads get a pool when there is more than one thread.
-  BenchBase(const Setup& s, bool parallel) : s_(s) {
-    if (parallel && s.threads > 1) pool_ = std::make_unique<ThreadPool>(s.threads);
-  }
-
- public:
-  // Checks the shape (usage errors name the flag) and draws the inputs.
-  virtual Status init() = 0;
-
- protected:
-  int64_t dim(const char* key) const { return s_.shape.at(key); }
-  Setup s_;
-  std::unique_ptr<ThreadPool> pool_;
-};
-
 // ---- matmul: synthetic weights of a GGUF type, or one tensor of a GGUF file ----
 
-struct TypeName { const char* name; GgmlType type; };
-constexpr TypeName kTypes[] = {{"q4_0", GgmlType::kQ4_0}, {"q4_1", GgmlType::kQ4_1}, {"q4_k", GgmlType::kQ4_K},
-                               {"q8_0", GgmlType::kQ8_0}, {"f32", GgmlType::kF32},   {"f16", GgmlType::kF16}};
-
-// GGUF-format blocks with random integer values and scales, as tests/unit and bench/kernels build
-// them (the repo has no float -> block quantizer; the packer and the reference dequantizer are what
-// is exercised). Magnitudes keep weights around |w| < 0.2 so outputs stay O(1) for any K.
 std::vector<uint8_t> random_weights(GgmlType type, int64_t rows, int64_t cols, Rng& rng) {
   std::vector<uint8_t> raw(row_bytes(type, cols) * rows);
   const int64_t n = rows * cols;
@@ -139,6 +76,14 @@ std::vector<uint8_t> random_weights(GgmlType type, int64_t rows, int64_t cols, R
   return raw;
 }
 
+const TypeName* find_type(const std::string& name) {
+  for (const auto& x : kTypes)
+    if (name == x.name) return &x;
+  return nullptr;
+}
+
+namespace {
+
 class MatmulBench : public BenchBase {
  public:
   explicit MatmulBench(const Setup& s) : BenchBase(s, true), k_(&matmul_kernels(s.isa)) {
@@ -169,9 +114,7 @@ class MatmulBench : public BenchBase {
       for (char& ch : tn) ch = (char)std::tolower((unsigned char)ch);
       params["type"] = tn;
     } else {
-      const TypeName* tn = nullptr;
-      for (const auto& x : kTypes)
-        if (s_.type == x.name) tn = &x;
+      const TypeName* tn = find_type(s_.type);
       if (!tn) return usage_error("flag --type: '" + s_.type + "' is not one of q4_0, q8_0, q4_k, q4_1, f32, f16");
       type_ = tn->type;
       rows_ = dim("rows");
@@ -567,6 +510,9 @@ const std::vector<KernelSpec>& kernels() {
       {"kda_recurrent", {{"--heads", "heads", kRequired, 1, M}, {"--head-dim", "head_dim", kRequired, 1, 1024}, tokens}},
       {"kda_chunk", {{"--heads", "heads", kRequired, 1, M}, {"--head-dim", "head_dim", kRequired, 1, 1024}, tokens,
                      {"--chunk", "chunk", 64, 1, 1024}}},
+      // The routed experts of one MoE layer (kernels/moe.h); --type gives the experts' weights.
+      {"moe", {{"--hidden", "hidden", kRequired, 1, 1 << 16}, {"--ff", "ff", kRequired, 1, 1 << 16},
+               {"--experts", "experts", kRequired, 1, 4096}, {"--used", "used", kRequired, 1, 4096}, tokens}},
       // The output is the index as a float32, exact up to 2^24.
       {"argmax", {{"--cols", "cols", kRequired, 1, 1 << 24}}},
   };
@@ -595,8 +541,9 @@ Expected<std::unique_ptr<Bench>> make_bench(const Setup& given) {
   if (on_tensor && (given.model.empty() || given.tensor.empty()))
     return usage_error(given.model.empty() ? "flag --tensor needs -m MODEL" : "flag -m needs --tensor NAME");
   if (on_tensor && !given.type.empty()) return usage_error("flag --type: the type comes from the tensor (--tensor)");
-  if (!on_tensor && given.name == "matmul" && given.type.empty()) return usage_error("flag --type is required for matmul");
-  if (given.name != "matmul" && !given.type.empty()) return usage_error("flag --type does not apply to " + given.name);
+  const bool typed = given.name == "matmul" || given.name == "moe";  // kernels over weights of a --type
+  if (!on_tensor && typed && given.type.empty()) return usage_error("flag --type is required for " + given.name);
+  if (!typed && !given.type.empty()) return usage_error("flag --type does not apply to " + given.name);
   if (given.name != "matmul" && given.w8a8) return usage_error("flag --w8a8 does not apply to " + given.name);
   // Every shape key present and in range; defaults filled in (the CLI checks the same ranges, this
   // keeps other callers honest). With --tensor, matmul's rows and cols come from the tensor.
@@ -633,6 +580,7 @@ Expected<std::unique_ptr<Bench>> make_bench(const Setup& given) {
   else if (n == "rope") b = std::make_unique<RopeBench>(s);
   else if (n == "attend") b = std::make_unique<AttendBench>(s);
   else if (n == "kda_recurrent" || n == "kda_chunk") b = std::make_unique<KdaBench>(s);
+  else if (n == "moe") b = make_moe_bench(s);
   else b = std::make_unique<ArgmaxBench>(s);
   if (Status st = b->init(); !st) return st.error();
   b->params["seed"] = s.seed;

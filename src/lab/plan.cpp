@@ -32,6 +32,9 @@ const std::vector<KernelInfo>& kernels() {
       {"kda_recurrent", {"kda_recurrent", "recurrent_v", "KdaHead"}, {"--heads", "8", "--head-dim", "128", "--tokens", "1"}},
       // Its chunked form at the same shape, one 512-token prefill.
       {"kda_chunk", {"kda_chunked"}, {"--heads", "8", "--head-dim", "128", "--tokens", "512", "--chunk", "64"}},
+      // The routed experts at hybrid-small's shape (128 experts of 256, top 4), one 512-token prefill.
+      {"moe", {"moe_", "Moe", "one_by_one", "in_parallel"},
+       {"--type", "q8_0", "--hidden", "1024", "--ff", "256", "--experts", "128", "--used", "4", "--tokens", "512"}},
   };
   return k;
 }

@@ -7,7 +7,6 @@
 #include "model/kimi_linear.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -89,11 +88,6 @@ struct Pass {
   void mla(int l);
   void dense_ffn(int l);
   void moe(int l);
-  void gather_expert(int e, float* dst) const;
-  void scatter_expert(int e, const float* src) const;
-  void experts_one_by_one(int l);
-  void experts_in_parallel(int l);
-  void combine_experts();
   void head(float* logits, bool all_logits);
 };
 
@@ -247,39 +241,20 @@ void Pass::dense_ffn(int l) {
   project("ffn_down", l, h, T, ff, F.down, ws.tmp.data(), c.n_embd);
 }
 
-// Mixture of experts: sigmoid router, top-k by score + selection bias, weights the chosen scores
-// (renormalised, scaled); the tokens are grouped by expert so each expert's matrices are read once
-// per call; plus the shared expert over every token.
+// Mixture of experts (kernels/moe.h): sigmoid router, top-k by score + selection bias, weights the
+// chosen scores (renormalised, scaled); the tokens grouped by expert so each expert's matrices are
+// read once per call; plus the shared expert over every token.
 void Pass::moe(int l) {
   const FfnWeights& F = m.layers()[l].ffn;
-  const int d = c.n_embd, E = c.n_expert, K = c.n_used, sh = c.n_ff_shared;
+  const int d = c.n_embd, E = c.n_expert, sh = c.n_ff_shared;
   float *router = ws.router.data(), *g = ws.g.data(), *u = ws.u.data(), *h = ws.h.data(), *tmp = ws.tmp.data();
   if (sh > 0) matmul("moe_router_shared", l, {{&F.router, router, E}, {&F.gate, g, sh}, {&F.up, u, sh}});
   else matmul("moe_router_shared", l, {{&F.router, router, E}});
+  const MoeExperts me = F.experts(c);
   {
     trace::Span sp("moe_route", "op", l, T, 4.0 * T * E, 8.0 * T * E);
     fault::at_op("moe_route");
-    std::fill(ws.expert_count.begin(), ws.expert_count.end(), 0);
-    std::vector<int>& order = ws.order;
-    for (int t = 0; t < T; ++t) {
-      float* p = &router[(size_t)t * E];
-      for (int e = 0; e < E; ++e) p[e] = sigmoid(p[e]);
-      for (int e = 0; e < E; ++e) order[e] = e;
-      // Top K by p + bias, ties to the lower expert index (a stable order).
-      std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int a, int b) {
-        const float sa = p[a] + F.bias[a], sb = p[b] + F.bias[b];
-        return sa > sb || (sa == sb && a < b);
-      });
-      float sum = 0;
-      for (int j = 0; j < K; ++j) sum += p[order[j]];
-      const float norm = c.weights_norm ? 1.0f / std::max(sum, 6.103515625e-5f) : 1.0f;
-      std::sort(order.begin(), order.begin() + K);  // a token's slots in expert order (the combine's)
-      for (int j = 0; j < K; ++j) {
-        ws.sel[(size_t)t * K + j] = order[j];
-        ws.sel_w[(size_t)t * K + j] = p[order[j]] * norm * c.weights_scale;
-        ws.expert_count[order[j]]++;
-      }
-    }
+    moe_route(me, router, T, ws.moe);
   }
   if (sh > 0) {
     {
@@ -290,125 +265,14 @@ void Pass::moe(int l) {
   } else {
     std::fill(tmp, tmp + (size_t)T * d, 0.0f);
   }
-  // The slots of each expert, bucketed in slot order (slot i: token i / K, weight sel_w[i]).
-  int* toks = ws.expert_tokens.data();
-  int* first = ws.first.data();
-  first[0] = 0;
-  for (int e = 0; e < E; ++e) first[e + 1] = first[e] + ws.expert_count[e];
-  ws.active.clear();
-  for (int e = 0; e < E; ++e)
-    if (ws.expert_count[e] > 0) ws.active.push_back(e);
   {
-    std::vector<int>& fill = ws.order;  // E entries: the next free place of each bucket
-    for (int e = 0; e < E; ++e) fill[e] = first[e];
-    for (int i = 0; i < T * K; ++i) toks[fill[ws.sel[i]]++] = i;
+    const OpCost cost = moe_experts_cost(me, ws.moe);
+    trace::Span sp("moe_experts", "op", l, T, cost.bytes, cost.flops);
+    fault::at_op("moe_experts");
+    sp.precision(precision_of(F.e_gate[ws.moe.active[0]]));
+    moe_experts(me, ws.xn.data(), T, ws.moe, pool, k);
   }
-  const int nt = pool.size();
-  if (nt > 1 && (int)ws.active.size() >= 2 * nt) experts_in_parallel(l);
-  else experts_one_by_one(l);
-  combine_experts();
-}
-
-// Rows of the normed input of expert e's tokens, in slot order, into dst ([ne][d]).
-void Pass::gather_expert(int e, float* dst) const {
-  const int d = c.n_embd, K = c.n_used;
-  const int* toks = &ws.expert_tokens[ws.first[e]];
-  for (int j = 0, ne = ws.expert_count[e]; j < ne; ++j)
-    std::memcpy(&dst[(size_t)j * d], &ws.xn[(size_t)(toks[j] / K) * d], sizeof(float) * d);
-}
-
-// Expert e's output rows (src, [ne][d]) to their slots' rows of slot_out.
-void Pass::scatter_expert(int e, const float* src) const {
-  const int d = c.n_embd;
-  const int* toks = &ws.expert_tokens[ws.first[e]];
-  for (int j = 0, ne = ws.expert_count[e]; j < ne; ++j)
-    std::memcpy(&ws.slot_out[(size_t)toks[j] * d], &src[(size_t)j * d], sizeof(float) * d);
-}
-
-// Each chosen expert over its tokens, one after another, each product's rows split across the
-// threads: for few experts per step (decode with many threads).
-void Pass::experts_one_by_one(int l) {
-  const FfnWeights& F = m.layers()[l].ffn;
-  const int d = c.n_embd, ffe = c.n_ff_exp;
-  float *g = ws.g.data(), *u = ws.u.data(), *h = ws.h.data(), *xe = ws.xe.data(), *ye = ws.ye.data();
-  for (int e : ws.active) {
-    const int ne = ws.expert_count[e];
-    gather_expert(e, xe);
-    quantize("moe_expert_gate_up", xe, ne, d, F.e_gate[e]);
-    matmul("moe_expert_gate_up", l, {{&F.e_gate[e], g, ffe}, {&F.e_up[e], u, ffe}});
-    swiglu(g, u, h, (int64_t)ne * ffe);
-    project("moe_expert_down", l, h, ne, ffe, F.e_down[e], ye, d);
-    scatter_expert(e, ye);
-  }
-}
-
-// Every chosen expert whole on one thread (gather, quantize, gate/up, SwiGLU, down), the largest
-// first, taken by whichever thread is free: one parallel region instead of two barriers per expert.
-// Either path leaves each slot's output row in slot_out for combine_experts, so both give the
-// same bits.
-void Pass::experts_in_parallel(int l) {
-  const FfnWeights& F = m.layers()[l].ffn;
-  const int d = c.n_embd, K = c.n_used, ffe = c.n_ff_exp;
-  std::vector<int>& active = ws.active;
-  std::stable_sort(active.begin(), active.end(),
-                   [&](int a, int b) { return ws.expert_count[a] > ws.expert_count[b]; });
-  OpCost cost;
-  for (int e : active) {
-    const int ne = ws.expert_count[e];
-    cost += matmul_cost(F.e_gate[e], ne);
-    cost += matmul_cost(F.e_up[e], ne);
-    cost += matmul_cost(F.e_down[e], ne);
-  }
-  trace::Span sp("moe_experts", "op", l, T, cost.bytes, cost.flops + 6.0 * T * K * ffe);
-  fault::at_op("moe_experts");
-  sp.precision(precision_of(F.e_gate[active[0]]));
-  if (ws.scratch.size() < (size_t)pool.size()) ws.scratch.resize(pool.size());
-  std::atomic<int> next{0};
-  pool.run([&](int t, int) {
-    KimiWorkspace::ExpertScratch& s = ws.scratch[t];
-    for (int a = next.fetch_add(1); a < (int)active.size(); a = next.fetch_add(1)) {
-      const int e = active[a];
-      const int ne = ws.expert_count[e];
-      if (s.xe.size() < (size_t)ne * d) {
-        s.xe.resize((size_t)ne * d);
-        s.ye.resize((size_t)ne * d);
-      }
-      if (s.g.size() < (size_t)ne * ffe) {
-        s.g.resize((size_t)ne * ffe);
-        s.u.resize((size_t)ne * ffe);
-        s.h.resize((size_t)ne * ffe);
-      }
-      gather_expert(e, s.xe.data());
-      s.qa.resize(ne, d, wants_per_token(F.e_gate[e]));
-      s.qa.x = s.xe.data();
-      quantize_acts(s.xe.data(), 0, ne, s.qa);
-      gemm_rows(k, F.e_gate[e], s.qa, 0, ffe, s.g.data(), ffe);
-      gemm_rows(k, F.e_up[e], s.qa, 0, ffe, s.u.data(), ffe);
-      swiglu(s.g.data(), s.u.data(), s.h.data(), (int64_t)ne * ffe);
-      s.qa.resize(ne, ffe, wants_per_token(F.e_down[e]));
-      s.qa.x = s.h.data();
-      quantize_acts(s.h.data(), 0, ne, s.qa);
-      gemm_rows(k, F.e_down[e], s.qa, 0, d, s.ye.data(), d);
-      scatter_expert(e, s.ye.data());
-    }
-  }, "moe_experts");
-}
-
-// tmp (the shared expert's output, or zeros) += each token's slot outputs times their weights, in
-// expert order: the order one expert after another would add them, whichever path ran.
-void Pass::combine_experts() {
-  const int d = c.n_embd, K = c.n_used;
-  float* tmp = ws.tmp.data();
-  parallel_ranges(pool, T, "moe_combine", [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      float* dst = &tmp[(size_t)t * d];
-      for (int64_t i = t * K; i < (t + 1) * K; ++i) {  // the router wrote them in expert order
-        const float w = ws.sel_w[i];
-        const float* src = &ws.slot_out[(size_t)i * d];
-        for (int j = 0; j < d; ++j) dst[j] += w * src[j];
-      }
-    }
-  });
+  moe_combine(me, T, ws.moe, tmp, pool);
 }
 
 void Pass::head(float* logits, bool all_logits) {
@@ -510,16 +374,7 @@ KimiWorkspace::KimiWorkspace(const KimiConfig& c, int max_tokens_) : Workspace(m
   h.resize(B * ff);
   if (c.n_expert > 0) {
     router.resize(B * c.n_expert);
-    sel.resize(B * c.n_used);
-    sel_w.resize(B * c.n_used);
-    expert_tokens.resize(B * c.n_used);
-    expert_count.resize(c.n_expert);
-    order.resize(c.n_expert);
-    xe.resize(B * d);
-    ye.resize(B * d);
-    first.resize(c.n_expert + 1);
-    active.reserve(c.n_expert);
-    slot_out.resize(B * c.n_used * d);
+    moe.reserve(c.moe_shape(), (int)B);
   }
 }
 

@@ -15,6 +15,7 @@
 
 #include "kernels/kda.h"
 #include "kernels/matmul.h"
+#include "kernels/moe.h"
 #include "kernels/ops.h"
 #include "model/model.h"
 
@@ -39,6 +40,13 @@ struct KimiConfig {
   float weights_scale = 1.0f;
 
   int d_inner() const { return n_head * head_dim; }
+  // The routed experts' shape and routing constants (kernels/moe.h), without weights.
+  MoeExperts moe_shape() const {
+    MoeExperts m;
+    m.d = n_embd, m.ff = n_ff_exp, m.n_expert = n_expert, m.n_used = n_used;
+    m.weights_norm = weights_norm, m.weights_scale = weights_scale;
+    return m;
+  }
   int nope() const { return k_mla - rope; }
   int latent() const { return kv_lora + rope; }
   bool is_moe(int layer) const { return layer >= n_dense_lead; }
@@ -66,6 +74,11 @@ struct FfnWeights {
   PackedMatrix router;                  // [n_expert] rows
   const float* bias = nullptr;          // [n_expert] selection bias
   std::vector<PackedMatrix> e_gate, e_up, e_down;  // per expert
+  MoeExperts experts(const KimiConfig& c) const {
+    MoeExperts m = c.moe_shape();
+    m.bias = bias, m.gate = e_gate.data(), m.up = e_up.data(), m.down = e_down.data();
+    return m;
+  }
 };
 
 struct KimiLayer {
@@ -85,19 +98,8 @@ class KimiWorkspace : public Workspace {
   std::vector<float> x, xn, tmp;
   std::vector<float> proj[3], conv[3], fa, ga, gate, og, beta, o;  // KDA
   std::vector<float> q, ckv, gather, qk, ctx, mo, scores;          // MLA
-  std::vector<float> router, xe, g, u, h, ye;                      // FFN / MoE
-  std::vector<int> sel, expert_tokens, expert_count, order;
-  std::vector<float> sel_w;
-  // Experts in parallel (one whole expert per thread): the experts with tokens, their slots
-  // bucketed by expert (first[e] .. first[e+1] in expert_tokens), each slot's output row, and
-  // every thread's scratch (grown to the largest expert's token count on first use).
-  struct ExpertScratch {
-    std::vector<float> xe, g, u, h, ye;
-    QuantActs qa;
-  };
-  std::vector<int> active, first;
-  std::vector<float> slot_out;
-  std::vector<ExpertScratch> scratch;
+  std::vector<float> router, g, u, h;  // FFN / MoE: router logits; dense or shared expert
+  MoeScratch moe;                      // the routed experts' routing and scratch
   std::vector<int64_t> cum_keys;
   QuantActs qa;
 };

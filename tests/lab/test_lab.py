@@ -325,10 +325,12 @@ def test_ledger_records_rerun_verify_and_tamper(ouro_bin, tmp_path):
 @pytest.mark.parametrize("path,old,new,kernel", [
     ("src/kernels/kda_vec.inc", "  constexpr int kChunk = 16;", "  constexpr int kChunk = 8;", "kda_recurrent"),
     ("src/kernels/kda.cpp", "  float* xd = e + dk;                     // dk", "  float* xd = e + dk;  // dk", "kda_chunk"),
+    ("src/kernels/moe.cpp", "  std::fill(s.count.begin(), s.count.end(), 0);\n", "  s.count.assign(s.count.size(), 0);\n", "moe"),
 ])
-def test_plan_routes_a_kda_kernel_change_to_its_microbenchmark(ouro_bin, tmp_path, path, old, new, kernel):
+def test_plan_routes_a_kernel_change_to_its_microbenchmark(ouro_bin, tmp_path, path, old, new, kernel):
     """A change inside the vector KDA recurrence (kda_vec.inc) is a kda_recurrent kernel spec, one
-    inside the chunked form (kda_chunked) a kda_chunk spec, each valid as written."""
+    inside the chunked form (kda_chunked) a kda_chunk spec, one in the MoE routing (moe_route) a moe
+    spec, each valid as written."""
     repo = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", "--shared", str(ROOT), str(repo)], check=True)
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]

@@ -237,6 +237,68 @@ def test_kda_chunk(ouro_bin, tmp_path, heads, head_dim, tokens, chunk):
     assert rec["flops"] > 0
 
 
+# ---- moe --------------------------------------------------------------------------------------------
+
+def moe_reference(inp, used, quantized, scale=2.5):
+    """The routed experts in float64 from the dumped inputs (docs/hybrid.md): p = sigmoid(logits);
+    each token's top `used` experts by p + bias (ties to the lower index), weights p / sum(p) * 2.5;
+    y = sum of weight * down(silu(gate x) * up x). Quantized weight types run on int8 activations
+    (the expert's input and its hidden SwiGLU output), as numpy's quantize_dequantize rounds them.
+    Returns y and the smallest gap between a token's last chosen and first unchosen score."""
+    x, logits, bias = (inp[n].astype(np.float64) for n in ("x", "router_logits", "bias"))
+    gate, up, down = (inp[n].astype(np.float64) for n in ("gate", "up", "down"))
+    T, E = logits.shape
+    p = 1.0 / (1.0 + np.exp(-logits))
+    y, gap = np.zeros((T, x.shape[1])), np.inf
+    for t in range(T):
+        s = p[t] + bias
+        order = sorted(range(E), key=lambda e: (-s[e], e))
+        sel = order[:used]
+        if used < E:
+            gap = min(gap, s[order[used - 1]] - s[order[used]])
+        w = p[t, sel] / p[t, sel].sum() * scale
+        xe = quantize_dequantize(x[t:t + 1].astype(np.float32))[0].astype(np.float64) if quantized else x[t]
+        for e, we in zip(sel, w):
+            g, u = gate[e] @ xe, up[e] @ xe
+            h = g / (1.0 + np.exp(-g)) * u
+            if quantized:
+                h = quantize_dequantize(h[None].astype(np.float32))[0].astype(np.float64)
+            y[t] += we * (down[e] @ h)
+    return y, gap
+
+
+@pytest.mark.parametrize("typ,threads", [("f32", 2), ("q8_0", 2), ("q4_1", 1)])
+def test_moe_matches_numpy(ouro_bin, tmp_path, typ, threads):
+    """Routing, the experts and the weighted sum against float64. F32 experts run on float
+    activations: float32 accumulation only (bound 1e-5 of the output's RMS, measured 5e-7).
+    Quantized types quantize the expert input and its hidden output per 32-block; numpy rounds the
+    same way, so only the hidden values' float32-vs-float64 differences can move a rounding (bound
+    1e-4 of the RMS, measured 1.1e-6 for q4_1 and 1.6e-6 for q8_0)."""
+    y, inp, rec = run_kernel(ouro_bin, tmp_path, "moe", "--type", typ, "--hidden", 64, "--ff", 96,
+                             "--experts", 8, "--used", 3, "--tokens", 11, extra=["-t", threads])
+    assert y.shape == (11, 64) and inp["gate"].shape == (8, 96, 64) and inp["down"].shape == (8, 64, 96)
+    assert rec["params"] == {**rec["params"], "type": typ, "hidden": 64, "ff": 96, "experts": 8, "used": 3,
+                             "weights_scale": 2.5}
+    assert rec["flops"] > 0 and rec["params"]["active_experts"] >= 3
+    ref, gap = moe_reference(inp, 3, quantized=typ != "f32")
+    assert gap > 1e-4, f"a near-tie in the routing ({gap}): pick another seed"
+    rms = np.sqrt(np.mean(ref ** 2))
+    rel = np.abs(y - ref).max() / rms
+    assert rel <= (1e-5 if typ == "f32" else 1e-4), f"max |y - ref| / rms(ref) = {rel:.2e}"
+
+
+def test_moe_paths_give_the_same_bits(ouro_bin, tmp_path):
+    """One thread runs the experts one after another; two or three run whole experts per thread
+    (many experts) or split each product (few): every way gives the same bytes."""
+    def out(threads, tokens):
+        p = tmp_path / f"moe-{threads}-{tokens}.npy"
+        mb(ouro_bin, "moe", "--type", "q8_0", "--hidden", 64, "--ff", 64, "--experts", 16, "--used", 4,
+           "--tokens", tokens, "-t", threads, "--out", p, *FAST)
+        return p.read_bytes()
+    for tokens in (1, 13):
+        assert out(1, tokens) == out(2, tokens) == out(3, tokens), f"{tokens} tokens"
+
+
 # ---- determinism and the record -----------------------------------------------------------------
 
 @pytest.mark.parametrize("args", [["matmul", "--type", "q8_0", "--rows", 16, "--cols", 64, "--tokens", 2],
@@ -317,6 +379,11 @@ def test_json_record(ouro_bin, tmp_path):
     (["kda_chunk", "--heads", 2, "--head-dim", 16, "--chunk", 0], "--chunk"),
     (["kda_chunk", "--heads", 2, "--head-dim", 16, "--chunk", 1025], "--chunk"),
     (["kda_chunk", "--heads", 1 << 14, "--head-dim", 1, "--chunk", 1024], "--heads x the chunked form's scratch"),
+    (["moe", "--hidden", 64, "--ff", 64, "--experts", 8, "--used", 2], "--type"),
+    (["moe", "--type", "q8_0", "--hidden", 64, "--ff", 64, "--experts", 4, "--used", 5], "--used"),
+    (["moe", "--type", "q8_0", "--hidden", 48, "--ff", 64, "--experts", 4, "--used", 2], "--hidden"),
+    (["moe", "--type", "f32", "--hidden", 1 << 16, "--ff", 1 << 16, "--experts", 8, "--used", 2], "--experts x --ff"),
+    (["moe", "--type", "q8_0", "--ff", 64, "--experts", 4, "--used", 2], "--hidden"),
     (["argmax", "--cols", 8, "--iters", 0], "--iters"),
     (["argmax", "--cols", 8, "--iters", 5, "--min-time", 10], "--min-time"),
     (["argmax", "--cols", 8, "--isa", "sse9"], "--isa"),

@@ -5,13 +5,8 @@
 #include <algorithm>
 
 #include "kernels/matmul.h"
-
-// GCC 12 flags the _mm512_undefined_* pass-through inside its own intrinsics as uninitialized
-// once the T < 4 variants of quad_w8 constant-fold their zero accumulators: a false positive.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+// GCC 12's false positive once the T < 4 variants of quad_w8 constant-fold their zero accumulators.
+#include "kernels/avx512_warnings.h"
 
 namespace ouro {
 namespace {

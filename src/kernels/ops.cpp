@@ -1,4 +1,6 @@
 #include "kernels/ops.h"
+#include "kernels/attend_avx512.h"
+#include "kernels/kv_simd.h"
 #include "kernels/simd_avx2.h"
 
 #include <immintrin.h>
@@ -82,60 +84,6 @@ void attend_one(const float* q, const float* k, const float* v, int64_t stride, 
 
 namespace {
 
-// 8 consecutive values of a row as floats, before the row's scale (fp8 codes come out as
-// value * 2^-8: the E4M3 bits are placed in an IEEE half, whose bias is 8 more; the 256 is folded
-// into the scale by kv_scale_of).
-// E4M3 codes (in the low bytes of 16-bit lanes) as IEEE half bits: the sign stays at bit 15 and
-// eeee.mmm moves to bits 13..7, so a half reads value * 2^-8 (its bias is 8 more; the 256 is folded
-// into the scale by kv_scale_of), subnormals included. E4M3's NaN (s.1111.111) would read as 480:
-// it becomes a half NaN.
-inline __m256i fp8_to_half16(__m256i b) {
-  __m256i h = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(b, 8), 1), _mm256_set1_epi16((short)0xbfff));
-  const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7f)), _mm256_set1_epi16(0x7f));
-  return _mm256_or_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7e00)));
-}
-
-// 8 consecutive values of a row as floats, before the row's scale.
-template <KvType T>
-inline __m256 load8(const uint8_t* p) {
-  if constexpr (T == KvType::kF32) {
-    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
-  } else if constexpr (T == KvType::kBF16) {
-    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-  } else if constexpr (T == KvType::kFP8) {
-    const __m256i b = _mm256_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_cvtph_ps(_mm256_castsi256_si128(fp8_to_half16(b)));
-  } else {
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-  }
-}
-
-// 16 consecutive values: fp8 converts them in one 256-bit pass, the others are two load8s.
-template <KvType T>
-inline void load16(const uint8_t* p, __m256* lo, __m256* hi) {
-  if constexpr (T == KvType::kFP8) {
-    const __m256i h = fp8_to_half16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-    *lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
-    *hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
-  } else {
-    *lo = load8<T>(p);
-    *hi = load8<T>(p + 8 * kv_elem_bytes(T));
-  }
-}
-
-template <KvType T>
-inline float kv_scale_of(const uint8_t* row, const KvSide& s) {
-  if constexpr (T == KvType::kF32 || T == KvType::kBF16) {
-    (void)row; (void)s;
-    return 1.0f;
-  } else {
-    float f;
-    std::memcpy(&f, row + s.scale_off, 4);
-    return T == KvType::kFP8 ? f * 256.0f : f;
-  }
-}
-
 template <KvType T>
 inline float dot_row(const float* q, const uint8_t* p, int hd) {
   if constexpr (T == KvType::kF32) {
@@ -180,20 +128,7 @@ inline void dot_rows4(const float* q, const uint8_t* const* p, int hd, float* ou
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) a0[k] = _mm256_fmadd_ps(ql, load8<T>(p[k] + i * eb), a0[k]);
   }
-  __m256 x[4];
-#pragma GCC unroll 4
-  for (int k = 0; k < 4; ++k) x[k] = _mm256_add_ps(a0[k], a1[k]);
-  const __m256 y01 = _mm256_add_ps(_mm256_permute2f128_ps(x[0], x[1], 0x20), _mm256_permute2f128_ps(x[0], x[1], 0x31));
-  const __m256 y23 = _mm256_add_ps(_mm256_permute2f128_ps(x[2], x[3], 0x20), _mm256_permute2f128_ps(x[2], x[3], 0x31));
-  const __m256d d01 = _mm256_castps_pd(y01), d23 = _mm256_castps_pd(y23);
-  const __m256 z = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(d01, d23)), _mm256_castpd_ps(_mm256_unpackhi_pd(d01, d23)));
-  const __m256 h = _mm256_hadd_ps(z, z);  // lane 0: [key 0, key 2, ...], lane 1: [key 1, key 3, ...]
-  alignas(32) float f[8];
-  _mm256_store_ps(f, h);
-  out[0] = f[0];
-  out[1] = f[4];
-  out[2] = f[1];
-  out[3] = f[5];
+  sum4(a0, a1, out);
 }
 
 // Any head_dim, any types: through the scalar decoder (slow; head dims that are not a multiple of 8).
@@ -332,10 +267,11 @@ void weighted_rows(const uint8_t* const* rows, int64_t data_off, int64_t n, cons
 // keys stay in L1 across the heads), each times the same (row scale * scale) product. Weighted sum:
 // tiles of kVTile positions (in L1 across the heads), two heads at a time (weighted_rows), the
 // accumulators carried through out between tiles; every column still sums its keys in position
-// order with attend_typed's FMA and weight, so the bits are its.
+// order with attend_typed's FMA and weight, so the bits are its. With avx512 both passes run in
+// 512-bit registers, four heads at a time (attend_avx512.h), with the same bits.
 template <KvType KT, KvType VT>
 void attend_heads_typed(const float* q, int G, int64_t qs, const KvPages& pg, int64_t n_keys, int hd, int hd_v,
-                        float scale, float* scores, float* out, int64_t os) {
+                        float scale, float* scores, float* out, int64_t os, bool avx512) {
   constexpr int64_t kTile = 64;
   const uint8_t* rows[kTile];
   float rs[kTile];
@@ -343,6 +279,10 @@ void attend_heads_typed(const float* q, int G, int64_t qs, const KvPages& pg, in
     const int64_t n = std::min(kTile, n_keys - p0);
     rows_of<KT>(pg, pg.k, p0, n, rows, rs);
     int64_t i = 0;
+    if (avx512) {
+      score_heads_avx512<KT>(q, G, qs, rows, pg.k.data_off, rs, n, hd, scale, scores, n_keys, p0);
+      i = n - n % 4;
+    }
     for (; i + 4 <= n; i += 4) {
       const uint8_t* r4[4] = {rows[i] + pg.k.data_off, rows[i + 1] + pg.k.data_off, rows[i + 2] + pg.k.data_off,
                               rows[i + 3] + pg.k.data_off};
@@ -358,15 +298,17 @@ void attend_heads_typed(const float* q, int G, int64_t qs, const KvPages& pg, in
   }
   for (int g = 0; g < G; ++g) softmax_inplace(scores + g * n_keys, n_keys);
   constexpr int64_t kVTile = 16;
-  float wt[2][kVTile];
+  float wt[4][kVTile];
+  const int step = avx512 ? 4 : 2;  // heads per pass over a tile's rows
   for (int64_t p0 = 0; p0 < n_keys; p0 += kVTile) {
     const int64_t n = std::min(kVTile, n_keys - p0);
     rows_of<VT>(pg, pg.v, p0, n, rows, rs);
-    for (int g = 0; g < G; g += 2) {
-      const int gb = std::min(2, G - g);
+    for (int g = 0; g < G; g += step) {
+      const int gb = std::min(step, G - g);
       for (int h = 0; h < gb; ++h)
         for (int64_t j = 0; j < n; ++j) wt[h][j] = scores[(g + h) * n_keys + p0 + j] * rs[j];
-      if (gb == 2) weighted_rows<VT, 2>(rows, pg.v.data_off, n, &wt[0][0], kVTile, hd_v, p0 == 0, out + g * os, os);
+      if (avx512) weighted_heads_avx512<VT>(rows, pg.v.data_off, n, &wt[0][0], kVTile, gb, hd_v, p0 == 0, out + g * os, os);
+      else if (gb == 2) weighted_rows<VT, 2>(rows, pg.v.data_off, n, &wt[0][0], kVTile, hd_v, p0 == 0, out + g * os, os);
       else weighted_rows<VT, 1>(rows, pg.v.data_off, n, &wt[0][0], kVTile, hd_v, p0 == 0, out + g * os, os);
     }
   }
@@ -402,7 +344,7 @@ void attend_paged(const float* q, const KvPages& pg, int64_t n_keys, int hd, flo
 }
 
 void attend_paged_heads(const float* q, int g_heads, int64_t q_stride, const KvPages& pg, int64_t n_keys, int hd,
-                        int hd_v, float scale, float* scores, float* out, int64_t out_stride) {
+                        int hd_v, float scale, float* scores, float* out, int64_t out_stride, Isa isa) {
   if (n_keys <= 0) {  // attend_paged's zero sum
     for (int g = 0; g < g_heads; ++g) std::fill(out + g * out_stride, out + g * out_stride + hd_v, 0.0f);
     return;
@@ -413,7 +355,8 @@ void attend_paged_heads(const float* q, int g_heads, int64_t q_stride, const KvP
     return;
   }
   with_kv_types(pg.k.type, pg.v.type, [&]<KvType KT, KvType VT>() {
-    attend_heads_typed<KT, VT>(q, g_heads, q_stride, pg, n_keys, hd, hd_v, scale, scores, out, out_stride);
+    attend_heads_typed<KT, VT>(q, g_heads, q_stride, pg, n_keys, hd, hd_v, scale, scores, out, out_stride,
+                               isa == Isa::kAvx512 && cpu_supports(Isa::kAvx512));
   });
 }
 

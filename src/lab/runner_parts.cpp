@@ -22,6 +22,7 @@
 #include "lab/pipe_process.h"
 #include "lab/probe.h"
 #include "model/gguf.h"
+#include "runtime/engine.h"
 #include "trace/analyze.h"
 
 namespace ouro::lab::runner_detail {
@@ -50,6 +51,11 @@ std::vector<std::string> common_args(const Ctx& c, const SideExec& s) {
   std::vector<std::string> a;
   if (!c.model.empty()) a.insert(a.end(), {"-m", c.model});
   if (c.work.threads > 0) a.insert(a.end(), {"-t", std::to_string(c.work.threads)});
+  // Work deeper than the default context asks for what it needs (rounded up to 256), so the
+  // worker and every bench call of the spec run in one context; shallower work keeps the default
+  // (and the argv of the records measured before this rule).
+  const int need = c.work.depth + c.work.prompt_len + c.work.gen;
+  if (need > kDefaultCtxCap) a.insert(a.end(), {"--ctx", std::to_string((need + 255) / 256 * 256)});
   a.insert(a.end(), s.args.begin(), s.args.end());
   return a;
 }

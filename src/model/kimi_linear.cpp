@@ -218,7 +218,7 @@ void Pass::mla(int l) {
         const int t = (int)(i / ng);
         const size_t h0 = (size_t)t * H + (size_t)(i % ng) * gs;
         attend_paged_heads(&qk[h0 * W], gs, W, pages, fault::attention_keys(n_past + t + 1), W, L, scale, scores,
-                           &ctx[h0 * W], W);
+                           &ctx[h0 * W], W, m.isa());
       }
     }, "mla_attention");
   }

@@ -130,6 +130,8 @@ class KimiLinearModel final : public Model {
   void embed(int token, float* out) const;
   // The KDA kernel family of the ISA the model was loaded for.
   const KdaKernels& kda_kernels() const { return *kda_; }
+  // The ISA the model was loaded for (attention's score pass picks its registers by it).
+  Isa isa() const { return isa_; }
 
  private:
   std::unique_ptr<GgufFile> file_;
@@ -137,6 +139,7 @@ class KimiLinearModel final : public Model {
   ModelInfo info_;
   KimiConfig cfg_;
   const KdaKernels* kda_ = nullptr;
+  Isa isa_ = Isa::kScalar;
   std::vector<KimiLayer> layers_;
   const GgufTensorInfo* embd_info_ = nullptr;
   PackedMatrix embd_, output_;

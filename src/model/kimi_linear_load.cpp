@@ -184,6 +184,7 @@ Expected<std::unique_ptr<Model>> KimiLinearModel::load(std::unique_ptr<GgufFile>
                                                        Isa isa, ThreadPool& /*pool*/) {
   std::unique_ptr<KimiLinearModel> m(new KimiLinearModel());
   m->kda_ = &ouro::kda_kernels(isa);
+  m->isa_ = isa;
   m->file_ = std::move(file);
   const GgufFile& f = *m->file_;
   const std::string& path = f.path();

@@ -46,7 +46,7 @@ Expected<std::unique_ptr<Engine>> Engine::load(const LaunchConfig& cfg) {
   e->chat_ = ChatTemplate::from_template_text(tmpl);
   if (!e->chat_) e->chat_ = runtime_error(cfg.model_path + ": " + e->chat_.error().message);
   const int max_ctx = e->model_->info().n_ctx_train;
-  if (e->cfg_.n_ctx <= 0) e->cfg_.n_ctx = std::min(max_ctx, 4096);
+  if (e->cfg_.n_ctx <= 0) e->cfg_.n_ctx = std::min(max_ctx, kDefaultCtxCap);
   if (e->cfg_.n_ctx > max_ctx)
     return usage_error("--ctx " + std::to_string(e->cfg_.n_ctx) + " exceeds the model's context length " + std::to_string(max_ctx));
   e->kernels_ = &matmul_kernels(cfg.isa);

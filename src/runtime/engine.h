@@ -17,11 +17,14 @@
 
 namespace ouro {
 
+// The context a launch gets without --ctx: the model's, capped at this many tokens.
+constexpr int kDefaultCtxCap = 4096;
+
 // Every launch parameter in one place, printed in bench records.
 struct LaunchConfig {
   std::string model_path;
   int threads = 0;   // 0: all online CPUs
-  int n_ctx = 0;     // 0: min(model's context, 4096)
+  int n_ctx = 0;     // 0: min(model's context, kDefaultCtxCap)
   Isa isa = Isa::kScalar;
   int max_batch = 512;
   // Quantization (docs/quantization.md): --kv / --kv-layers, --weights / --w8a8-ops / --w8a8-layers.

@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "lab/engine_work.h"
+#include "lab/runner_parts.h"
 
 using namespace ouro::lab;
+using namespace ouro::lab::runner_detail;
 
 namespace {
 // "--flag value" pairs of a bench argument list ("--json" has no value).
@@ -57,4 +59,24 @@ TEST(EngineWork, PrefillOnlySpecsAndUnknownFigures) {
   EXPECT_TRUE(bench_args_for(e, "ns_per_op", 2).empty());
   w.greedy_tokens = 16;
   EXPECT_EQ(flags(bench_args_for(engine_work(w), "decode_tok_s", 2))["--gen-len"], "15");
+}
+
+// Work deeper than the engines' default context gets exactly the context it needs (rounded up to
+// 256) on every call of both sides; shallower work keeps the default, so its argv (and the records
+// measured before the rule) do not change.
+TEST(EngineWork, DeepWorkAsksForTheContextItNeeds) {
+  Spec spec;
+  RunOptions opt;
+  SideExec side{"baseline", Binary{}, {}, {"--weights", "native"}};
+  auto ctx_of = [&](int depth, int prompt, int gen) {
+    Workload w;
+    w.depth = depth, w.prompt_len = prompt, w.gen_len = gen;
+    Ctx c{spec, opt, engine_work(w)};
+    return flags(common_args(c, side));
+  };
+  EXPECT_EQ(ctx_of(4096, 128, 16)["--ctx"], "4352");
+  EXPECT_EQ(ctx_of(8000, 512, 0).count("--ctx"), 1u);
+  EXPECT_EQ(ctx_of(3900, 128, 16).count("--ctx"), 0u);  // 4044 fits the default 4096
+  EXPECT_EQ(ctx_of(256, 192, 64).count("--ctx"), 0u);
+  EXPECT_EQ(ctx_of(4096, 128, 16)["--weights"], "native");  // the side's own flags still follow
 }

@@ -524,8 +524,9 @@ TEST(AttendPaged, F32OneBlockEqualsAttendOne) {
 }
 
 // attend_paged_heads gives each head exactly attend_paged's bits (the first hd_v values), for every
-// type pair, key counts around its tiles of 4 and 64, shuffled blocks, and head dims the vector
-// path and the generic path take; it writes nothing past hd_v.
+// type pair, key counts around its tiles of 4 and 64, shuffled blocks, head dims the vector path
+// and the generic path take, and both score passes (AVX2; AVX-512's pairs of heads where the host
+// has it); it writes nothing past hd_v.
 TEST(AttendPagedHeads, EachHeadIsAttendPagedBitForBit) {
   std::mt19937 rng(41);
   std::normal_distribution<float> nd(0, 1);
@@ -553,11 +554,18 @@ TEST(AttendPagedHeads, EachHeadIsAttendPagedBitForBit) {
             std::vector<float> q(G * qs), out(G * os, NAN), one(dm.hd), scores(G * n), s1(n);
             for (auto& a : q) a = nd(rng);
             const KvPages pg{table.data(), bs, K.side(0), V.side(0)};
-            attend_paged_heads(q.data(), G, qs, pg, n, dm.hd, dm.hd_v, 0.09f, scores.data(), out.data(), os);
-            for (int g = 0; g < G; ++g) {
-              attend_paged(q.data() + g * qs, pg, n, dm.hd, 0.09f, s1.data(), one.data());
-              ASSERT_EQ(0, std::memcmp(one.data(), out.data() + g * os, sizeof(float) * dm.hd_v)) << "head " << g;
-              for (int64_t i = dm.hd_v; i < os; ++i) ASSERT_TRUE(std::isnan(out[g * os + i])) << "head " << g << " i " << i;
+            std::vector<Isa> isas = {Isa::kAvx2};
+            if (isa_supported(Isa::kAvx512)) isas.push_back(Isa::kAvx512);  // pairs of heads in 32 registers
+            for (Isa isa : isas) {
+              std::fill(out.begin(), out.end(), NAN);
+              attend_paged_heads(q.data(), G, qs, pg, n, dm.hd, dm.hd_v, 0.09f, scores.data(), out.data(), os, isa);
+              for (int g = 0; g < G; ++g) {
+                attend_paged(q.data() + g * qs, pg, n, dm.hd, 0.09f, s1.data(), one.data());
+                ASSERT_EQ(0, std::memcmp(one.data(), out.data() + g * os, sizeof(float) * dm.hd_v))
+                    << "head " << g << " isa " << isa_name(isa);
+                for (int64_t i = dm.hd_v; i < os; ++i)
+                  ASSERT_TRUE(std::isnan(out[g * os + i])) << "head " << g << " i " << i << " isa " << isa_name(isa);
+              }
             }
           }
 }

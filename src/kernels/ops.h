@@ -51,8 +51,9 @@ void attend_paged(const float* q, const KvPages& pages, int64_t n_keys, int head
 // heads, which then find it in L1/L2, instead of once per head. Head g's query is at
 // q + g * q_stride, its output, the first hd_v values of the weighted value rows (hd_v <= hd), at
 // out + g * out_stride; scores: g_heads * n_keys floats of scratch. Per head the arithmetic, and so
-// every bit of the output, is attend_paged's, whichever isa: kAvx512 (on a host that has it) scores
-// two heads at a time in its 32 registers, any other one head at a time in AVX2's 16.
+// every bit of the output, is attend_paged's (hd_v a multiple of 8 whenever hd is), whichever isa:
+// kAvx512 (on a host that has it) runs both passes in 512-bit registers, four heads at a time
+// (attend_avx512.h); any other isa in 256-bit ones, one or two heads at a time.
 void attend_paged_heads(const float* q, int g_heads, int64_t q_stride, const KvPages& pages, int64_t n_keys, int hd,
                         int hd_v, float scale, float* scores, float* out, int64_t out_stride, Isa isa);
 

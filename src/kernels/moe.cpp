@@ -156,8 +156,7 @@ OpCost moe_experts_cost(const MoeExperts& m, const MoeScratch& s) {
   return cost;
 }
 
-void moe_experts(const MoeExperts& m, const float* xn, int T, MoeScratch& s, ThreadPool& pool, const MatmulKernels& k) {
-  (void)T;
+void moe_experts(const MoeExperts& m, const float* xn, MoeScratch& s, ThreadPool& pool, const MatmulKernels& k) {
   if (s.active.empty()) return;
   const int nt = pool.size();
   if (nt > 1 && (int)s.active.size() >= 2 * nt) in_parallel(m, xn, s, pool, k);

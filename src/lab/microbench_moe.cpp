@@ -63,7 +63,6 @@ class MoeBench : public BenchBase {
     }
     m_.gate = gate_.data(), m_.up = up_.data(), m_.down = down_.data();
     scratch_.reserve(m_, (int)T_);
-    router_.resize(logits_.size());
     y_.assign(T_ * d, 0.0f);
     // The routing is the seed's: route once for the cost (every call routes the same way).
     router_ = logits_;
@@ -79,7 +78,7 @@ class MoeBench : public BenchBase {
     fault::at_op("moe");
     std::memcpy(router_.data(), logits_.data(), sizeof(float) * logits_.size());
     moe_route(m_, router_.data(), (int)T_, scratch_);
-    moe_experts(m_, x_.data(), (int)T_, scratch_, *pool_, *k_);
+    moe_experts(m_, x_.data(), scratch_, *pool_, *k_);
     std::fill(y_.begin(), y_.end(), 0.0f);
     moe_combine(m_, (int)T_, scratch_, y_.data(), *pool_);
   }

@@ -270,7 +270,7 @@ void Pass::moe(int l) {
     trace::Span sp("moe_experts", "op", l, T, cost.bytes, cost.flops);
     fault::at_op("moe_experts");
     sp.precision(precision_of(F.e_gate[ws.moe.active[0]]));
-    moe_experts(me, ws.xn.data(), T, ws.moe, pool, k);
+    moe_experts(me, ws.xn.data(), ws.moe, pool, k);
   }
   moe_combine(me, T, ws.moe, tmp, pool);
 }

@@ -44,9 +44,9 @@ void moe_route(const MoeExperts& m, float* router, int T, MoeScratch& s);
 // Bytes and FLOPs of running the experts the last moe_route chose (weights once per expert).
 OpCost moe_experts_cost(const MoeExperts& m, const MoeScratch& s);
 // Each chosen expert over its tokens' rows of xn ([T][d], T of the last moe_route): SwiGLU(gate,
-// up) then down, into s.slot_out. With several threads and at least two experts per thread every expert runs whole on
-// one thread (one parallel region); otherwise one expert after another with each product's rows
-// split across the threads. Either way every slot gets the same bits.
+// up) then down, into s.slot_out. With several threads and at least two experts per thread every
+// expert runs whole on one thread (one parallel region); otherwise one expert after another with
+// each product's rows split across the threads. Either way every slot gets the same bits.
 void moe_experts(const MoeExperts& m, const float* xn, MoeScratch& s, ThreadPool& pool, const MatmulKernels& k);
 // out[t] += sum of each slot's weight times its output, in expert order ([T][d]).
 void moe_combine(const MoeExperts& m, int T, const MoeScratch& s, float* out, ThreadPool& pool);

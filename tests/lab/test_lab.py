@@ -434,6 +434,7 @@ question = "Is the stand-in's op within 20% of v0?"
 hypothesis = "A commit made it slower."
 level = "kernel"
 repeats = 3
+max_repeats = 15
 criteria = ["candidate.ns_per_op <= 1.2 * baseline.ns_per_op"]
 [baseline]
 revision = "v0"
@@ -442,7 +443,7 @@ revision = "{cand}"
 [workload]
 kernel = "spin"
 seeds = [1]
-min_time_ms = 5
+min_time_ms = 40
 """
 
 

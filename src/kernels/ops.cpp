@@ -263,53 +263,78 @@ void weighted_rows(const uint8_t* const* rows, int64_t data_off, int64_t n, cons
   }
 }
 
-// attend_typed for g_heads heads at once. Scores: per block of 4 keys every head's dot_rows4 (the
-// keys stay in L1 across the heads), each times the same (row scale * scale) product. Weighted sum:
-// tiles of kVTile positions (in L1 across the heads), two heads at a time (weighted_rows), the
-// accumulators carried through out between tiles; every column still sums its keys in position
-// order with attend_typed's FMA and weight, so the bits are its. With avx512 both passes run in
-// 512-bit registers, four heads at a time (attend_avx512.h), with the same bits.
+// Scores of queries [0, G) (query g at q + g * qs, its scores at scores + g * ss) against the n
+// rows of a tile starting at position p0: per block of 4 keys every query's dot_rows4 (the keys stay
+// in L1 across the queries), each times the same (row scale * scale) product; the last n % 4 keys
+// one at a time, as attend_typed does. With avx512 four queries against four rows in 512-bit
+// registers (attend_avx512.h), with the same bits.
+template <KvType KT>
+void score_tile(const float* q, int G, int64_t qs, const uint8_t* const* rows, int64_t off, const float* rs, int64_t n,
+                int hd, float scale, float* scores, int64_t ss, int64_t p0, bool avx512) {
+  int64_t i = 0;
+  if (avx512) {
+    score_heads_avx512<KT>(q, G, qs, rows, off, rs, n, hd, scale, scores, ss, p0);
+    i = n - n % 4;
+  }
+  for (; i + 4 <= n; i += 4) {
+    const uint8_t* r4[4] = {rows[i] + off, rows[i + 1] + off, rows[i + 2] + off, rows[i + 3] + off};
+    for (int g = 0; g < G; ++g) {
+      float d[4];
+      dot_rows4<KT>(q + g * qs, r4, hd, d);
+      for (int k = 0; k < 4; ++k) scores[g * ss + p0 + i + k] = d[k] * (rs[i + k] * scale);
+    }
+  }
+  for (; i < n; ++i)
+    for (int g = 0; g < G; ++g) scores[g * ss + p0 + i] = dot_row<KT>(q + g * qs, rows[i] + off, hd) * (rs[i] * scale);
+}
+
+// attend_typed for the G heads of each of nt tokens at once (token t's head g: query q + (t * G + g)
+// * qs, output out + (t * G + g) * os, keys [0, nk[t])). Scores: tiles of kTile positions, the
+// tokens whose part of the tile has the same length scored together (score_tile), the others one
+// by one, so every token's keys fall in attend_typed's tiles of 4 and its tail. Weighted sum: tiles
+// of kVTile positions (in L1 across the tokens and heads), two or four heads at a time
+// (weighted_rows, weighted_heads_avx512), the accumulators carried through out between tiles;
+// every column still sums its keys in position order with attend_typed's FMA and weight, so the
+// bits are its. A cached row is read once per tile of tokens, not once per token.
 template <KvType KT, KvType VT>
-void attend_heads_typed(const float* q, int G, int64_t qs, const KvPages& pg, int64_t n_keys, int hd, int hd_v,
-                        float scale, float* scores, float* out, int64_t os, bool avx512) {
+void attend_tokens_typed(const float* q, int nt, int G, int64_t qs, const KvPages& pg, const int64_t* nk, int hd,
+                         int hd_v, float scale, float* scores, float* out, int64_t os, bool avx512) {
+  const int64_t ss = *std::max_element(nk, nk + nt);  // scores of query i at scores + i * ss
   constexpr int64_t kTile = 64;
   const uint8_t* rows[kTile];
   float rs[kTile];
-  for (int64_t p0 = 0; p0 < n_keys; p0 += kTile) {
-    const int64_t n = std::min(kTile, n_keys - p0);
-    rows_of<KT>(pg, pg.k, p0, n, rows, rs);
-    int64_t i = 0;
-    if (avx512) {
-      score_heads_avx512<KT>(q, G, qs, rows, pg.k.data_off, rs, n, hd, scale, scores, n_keys, p0);
-      i = n - n % 4;
+  for (int64_t p0 = 0; p0 < ss; p0 += kTile) {
+    rows_of<KT>(pg, pg.k, p0, std::min(kTile, ss - p0), rows, rs);
+    for (int t = 0; t < nt;) {
+      if (nk[t] <= p0) { ++t; continue; }
+      const int64_t n = std::min(kTile, nk[t] - p0);
+      int t2 = t + 1;
+      while (t2 < nt && nk[t2] > p0 && std::min(kTile, nk[t2] - p0) == n) ++t2;
+      score_tile<KT>(q + t * G * qs, (t2 - t) * G, qs, rows, pg.k.data_off, rs, n, hd, scale, scores + t * G * ss, ss,
+                     p0, avx512);
+      t = t2;
     }
-    for (; i + 4 <= n; i += 4) {
-      const uint8_t* r4[4] = {rows[i] + pg.k.data_off, rows[i + 1] + pg.k.data_off, rows[i + 2] + pg.k.data_off,
-                              rows[i + 3] + pg.k.data_off};
-      for (int g = 0; g < G; ++g) {
-        float d[4];
-        dot_rows4<KT>(q + g * qs, r4, hd, d);
-        for (int k = 0; k < 4; ++k) scores[g * n_keys + p0 + i + k] = d[k] * (rs[i + k] * scale);
-      }
-    }
-    for (; i < n; ++i)
-      for (int g = 0; g < G; ++g)
-        scores[g * n_keys + p0 + i] = dot_row<KT>(q + g * qs, rows[i] + pg.k.data_off, hd) * (rs[i] * scale);
   }
-  for (int g = 0; g < G; ++g) softmax_inplace(scores + g * n_keys, n_keys);
+  for (int t = 0; t < nt; ++t)
+    for (int g = 0; g < G && nk[t] > 0; ++g) softmax_inplace(scores + (t * G + g) * ss, nk[t]);
   constexpr int64_t kVTile = 16;
   float wt[4][kVTile];
   const int step = avx512 ? 4 : 2;  // heads per pass over a tile's rows
-  for (int64_t p0 = 0; p0 < n_keys; p0 += kVTile) {
-    const int64_t n = std::min(kVTile, n_keys - p0);
-    rows_of<VT>(pg, pg.v, p0, n, rows, rs);
-    for (int g = 0; g < G; g += step) {
-      const int gb = std::min(step, G - g);
-      for (int h = 0; h < gb; ++h)
-        for (int64_t j = 0; j < n; ++j) wt[h][j] = scores[(g + h) * n_keys + p0 + j] * rs[j];
-      if (avx512) weighted_heads_avx512<VT>(rows, pg.v.data_off, n, &wt[0][0], kVTile, gb, hd_v, p0 == 0, out + g * os, os);
-      else if (gb == 2) weighted_rows<VT, 2>(rows, pg.v.data_off, n, &wt[0][0], kVTile, hd_v, p0 == 0, out + g * os, os);
-      else weighted_rows<VT, 1>(rows, pg.v.data_off, n, &wt[0][0], kVTile, hd_v, p0 == 0, out + g * os, os);
+  for (int64_t p0 = 0; p0 < ss; p0 += kVTile) {
+    rows_of<VT>(pg, pg.v, p0, std::min(kVTile, ss - p0), rows, rs);
+    for (int t = 0; t < nt; ++t) {
+      if (nk[t] <= p0) continue;
+      const int64_t n = std::min(kVTile, nk[t] - p0);
+      for (int g = 0; g < G; g += step) {
+        const int gb = std::min(step, G - g);
+        const int64_t qi = (int64_t)t * G + g;
+        for (int h = 0; h < gb; ++h)
+          for (int64_t j = 0; j < n; ++j) wt[h][j] = scores[(qi + h) * ss + p0 + j] * rs[j];
+        float* o = out + qi * os;
+        if (avx512) weighted_heads_avx512<VT>(rows, pg.v.data_off, n, &wt[0][0], kVTile, gb, hd_v, p0 == 0, o, os);
+        else if (gb == 2) weighted_rows<VT, 2>(rows, pg.v.data_off, n, &wt[0][0], kVTile, hd_v, p0 == 0, o, os);
+        else weighted_rows<VT, 1>(rows, pg.v.data_off, n, &wt[0][0], kVTile, hd_v, p0 == 0, o, os);
+      }
     }
   }
 }
@@ -343,21 +368,35 @@ void attend_paged(const float* q, const KvPages& pg, int64_t n_keys, int hd, flo
   });
 }
 
-void attend_paged_heads(const float* q, int g_heads, int64_t q_stride, const KvPages& pg, int64_t n_keys, int hd,
-                        int hd_v, float scale, float* scores, float* out, int64_t out_stride, Isa isa) {
-  if (n_keys <= 0) {  // attend_paged's zero sum
-    for (int g = 0; g < g_heads; ++g) std::fill(out + g * out_stride, out + g * out_stride + hd_v, 0.0f);
-    return;
+void attend_paged_tokens(const float* q, int n_tok, int g_heads, int64_t q_stride, const KvPages& pg,
+                         const int64_t* n_keys, int hd, int hd_v, float scale, float* scores, float* out,
+                         int64_t out_stride, Isa isa) {
+  bool any = false;
+  for (int t = 0; t < n_tok; ++t) {
+    if (n_keys[t] > 0) { any = true; continue; }
+    for (int g = 0; g < g_heads; ++g) {  // attend_paged's zero sum
+      float* o = out + ((int64_t)t * g_heads + g) * out_stride;
+      std::fill(o, o + hd_v, 0.0f);
+    }
   }
+  if (!any) return;
   if (hd % 8 != 0 || hd_v % 8 != 0) {
-    for (int g = 0; g < g_heads; ++g)
-      attend_generic(q + g * q_stride, pg, n_keys, hd, hd_v, scale, scores, out + g * out_stride);
+    for (int t = 0; t < n_tok; ++t)
+      for (int g = 0; g < g_heads && n_keys[t] > 0; ++g) {
+        const int64_t i = (int64_t)t * g_heads + g;
+        attend_generic(q + i * q_stride, pg, n_keys[t], hd, hd_v, scale, scores, out + i * out_stride);
+      }
     return;
   }
   with_kv_types(pg.k.type, pg.v.type, [&]<KvType KT, KvType VT>() {
-    attend_heads_typed<KT, VT>(q, g_heads, q_stride, pg, n_keys, hd, hd_v, scale, scores, out, out_stride,
-                               isa == Isa::kAvx512 && cpu_supports(Isa::kAvx512));
+    attend_tokens_typed<KT, VT>(q, n_tok, g_heads, q_stride, pg, n_keys, hd, hd_v, scale, scores, out, out_stride,
+                                isa == Isa::kAvx512 && cpu_supports(Isa::kAvx512));
   });
+}
+
+void attend_paged_heads(const float* q, int g_heads, int64_t q_stride, const KvPages& pg, int64_t n_keys, int hd,
+                        int hd_v, float scale, float* scores, float* out, int64_t out_stride, Isa isa) {
+  attend_paged_tokens(q, 1, g_heads, q_stride, pg, &n_keys, hd, hd_v, scale, scores, out, out_stride, isa);
 }
 
 }  // namespace ouro

@@ -57,6 +57,15 @@ void attend_paged(const float* q, const KvPages& pages, int64_t n_keys, int head
 void attend_paged_heads(const float* q, int g_heads, int64_t q_stride, const KvPages& pages, int64_t n_keys, int hd,
                         int hd_v, float scale, float* scores, float* out, int64_t out_stride, Isa isa);
 
+// attend_paged_heads for the g_heads heads of each of n_tok tokens at once, token t over its first
+// n_keys[t] positions (a prompt's tokens under the causal mask): head g of token t has its query at
+// q + (t * g_heads + g) * q_stride and its output at out + (t * g_heads + g) * out_stride; scores:
+// n_tok * g_heads * max(n_keys) floats of scratch. Each cached row is read once for the tile of
+// tokens instead of once per token, and every (token, head) output keeps attend_paged's bits.
+void attend_paged_tokens(const float* q, int n_tok, int g_heads, int64_t q_stride, const KvPages& pages,
+                         const int64_t* n_keys, int hd, int hd_v, float scale, float* scores, float* out,
+                         int64_t out_stride, Isa isa);
+
 float dot_f32(const float* a, const float* b, int64_t n);
 
 // Bytes and FLOPs of attend_one over n_keys keys (scores, softmax, weighted sum).

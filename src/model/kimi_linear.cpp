@@ -24,6 +24,11 @@ float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 // ggml's softplus: the identity above 20, where log1p(exp(x)) rounds to x anyway.
 float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
+// Prompt tokens per MLA attention work item (attend_paged_tokens): each cached row is read once per
+// tile instead of once per token; the scratch scores grow with it (tile * heads * keys floats per
+// thread: 32 MiB at 8 heads and 131,072 keys).
+constexpr int kMlaTokenTile = 8;
+
 // The arithmetic a matmul's FLOPs run in (traces compare them with that peak).
 const char* precision_of(const PackedMatrix& W) { return W.kind == PackedKind::kRows ? nullptr : "int8"; }
 
@@ -193,12 +198,11 @@ void Pass::mla(int l) {
     trace::Span sp("mla_attention", "op", l, T, (double)kv_row_bytes(kv.spec().k[li], 1, W) * keys + 8.0 * T * H * W,
                    (double)H * keys * attend_one_flops(1, W));
     fault::at_op("mla_attention");
-    ws.cum_keys[0] = 0;
-    for (int t = 0; t < T; ++t) ws.cum_keys[t + 1] = ws.cum_keys[t] + n_past + t + 1;
     const int max_keys = n_past + T;
-    // Work items: (token, group of gs heads). All heads of a token in one group read each cached
-    // row once; decode splits them into as many groups as keep every thread busy. A head's bits
-    // do not depend on its group.
+    // Work items: (tile of tt tokens, group of gs heads). All heads of a token in one group read
+    // each cached row once; a prompt's tokens go in tiles that read each row once for the tile
+    // (attend_paged_tokens); decode splits a token's heads into as many groups as keep every thread
+    // busy. A head's bits depend on neither its group nor its tile.
     const int nt = pool.size();
     int ng = 1;
     while (ng < H && !((int64_t)T * ng >= 8 * nt || ((int64_t)T * ng) % nt == 0)) {
@@ -206,19 +210,31 @@ void Pass::mla(int l) {
       while (H % ng != 0) ++ng;
     }
     const int gs = H / ng;
-    if ((int64_t)ws.scores.size() < (int64_t)nt * gs * max_keys) ws.scores.resize((size_t)nt * gs * max_keys);
+    const int tt = ng == 1 ? std::clamp(T / (4 * nt), 1, kMlaTokenTile) : 1;
+    const int units = (T + tt - 1) / tt;
+    ws.cum_keys[0] = 0;
+    for (int u = 0; u < units; ++u) {
+      int64_t k = 0;
+      for (int t = u * tt; t < std::min(T, u * tt + tt); ++t) {
+        ws.n_keys[t] = fault::attention_keys(n_past + t + 1);
+        k += n_past + t + 1;
+      }
+      ws.cum_keys[u + 1] = ws.cum_keys[u] + k;
+    }
+    const size_t per_thread = (size_t)tt * gs * max_keys;
+    if (ws.scores.size() < nt * per_thread) ws.scores.resize(nt * per_thread);
     const float scale = 1.0f / std::sqrt((float)KQ);
     const KvPages pages{b.blocks, kv.block_size(), kv.side(li, false, 0), kv.side(li, true, 0)};
     pool.run([&](int th, int nthreads) {
       int64_t b, e;
-      ThreadPool::split_weighted(ws.cum_keys.data(), T, ng, th, nthreads, &b, &e);
-      float* scores = &ws.scores[(size_t)th * gs * max_keys];
+      ThreadPool::split_weighted(ws.cum_keys.data(), units, ng, th, nthreads, &b, &e);
+      float* scores = &ws.scores[(size_t)th * per_thread];
       // The value rows are the cached rows themselves: the first L values are the latent context.
       for (int64_t i = b; i < e; ++i) {
-        const int t = (int)(i / ng);
+        const int t = (int)(i / ng) * tt, n = std::min(tt, T - t);
         const size_t h0 = (size_t)t * H + (size_t)(i % ng) * gs;
-        attend_paged_heads(&qk[h0 * W], gs, W, pages, fault::attention_keys(n_past + t + 1), W, L, scale, scores,
-                           &ctx[h0 * W], W, m.isa());
+        attend_paged_tokens(&qk[h0 * W], n, gs, W, pages, &ws.n_keys[t], W, L, scale, scores, &ctx[h0 * W], W,
+                            m.isa());
       }
     }, "mla_attention");
   }
@@ -367,6 +383,7 @@ KimiWorkspace::KimiWorkspace(const KimiConfig& c, int max_tokens_) : Workspace(m
     ctx.resize(B * c.n_head * W);
     mo.resize(B * c.n_head * c.v_mla);
     cum_keys.resize(B + 1);
+    n_keys.resize(B);
   }
   const size_t ff = std::max({c.n_ff, c.n_ff_exp, c.n_ff_shared});
   g.resize(B * ff);

@@ -100,7 +100,7 @@ class KimiWorkspace : public Workspace {
   std::vector<float> q, ckv, gather, qk, ctx, mo, scores;          // MLA
   std::vector<float> router, g, u, h;  // FFN / MoE: router logits; dense or shared expert
   MoeScratch moe;                      // the routed experts' routing and scratch
-  std::vector<int64_t> cum_keys;
+  std::vector<int64_t> cum_keys, n_keys;
   QuantActs qa;
 };
 

@@ -444,6 +444,26 @@ struct Pool {
   }
 };
 
+// One head's K and V pools behind a shuffled block table of 16-row blocks, rows [0, n) random.
+struct RandomPages {
+  std::vector<int> table;
+  Pool K, V;
+  RandomPages(KvType kt, KvType vt, int hd, int64_t n, std::mt19937& rng)
+      : table(12), K(kt, 1, hd, 16, 12), V(vt, 1, hd, 16, 12) {
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    std::normal_distribution<float> nd(0, 1);
+    std::vector<float> row(hd);
+    for (int p = 0; p < n; ++p) {
+      for (auto& a : row) a = nd(rng);
+      kv_encode_row(kt, row.data(), 1, hd, K.row(table[p / 16], p % 16));
+      for (auto& a : row) a = nd(rng);
+      kv_encode_row(vt, row.data(), 1, hd, V.row(table[p / 16], p % 16));
+    }
+  }
+  KvPages pages() const { return KvPages{table.data(), 16, K.side(0), V.side(0)}; }
+};
+
 void check_attend(KvType kt, KvType vt, int hd, int n_keys, std::mt19937& rng) {
   const int nh = 3, head = 1, bs = 16, n_blocks = 8;
   const int used = (n_keys + bs - 1) / bs;
@@ -530,7 +550,6 @@ TEST(AttendPaged, F32OneBlockEqualsAttendOne) {
 TEST(AttendPagedHeads, EachHeadIsAttendPagedBitForBit) {
   std::mt19937 rng(41);
   std::normal_distribution<float> nd(0, 1);
-  const int bs = 16, n_blocks = 12;
   struct Dims { int hd, hd_v; };
   for (KvType kt : kAllTypes)
     for (KvType vt : kAllTypes)
@@ -539,21 +558,11 @@ TEST(AttendPagedHeads, EachHeadIsAttendPagedBitForBit) {
           for (int G : {1, 3, 8}) {
             SCOPED_TRACE(::testing::Message() << kv_type_name(kt) << "/" << kv_type_name(vt) << " hd " << dm.hd
                                               << " hd_v " << dm.hd_v << " n " << n << " G " << G);
-            std::vector<int> table(n_blocks);
-            std::iota(table.begin(), table.end(), 0);
-            std::shuffle(table.begin(), table.end(), rng);
-            Pool K(kt, 1, dm.hd, bs, n_blocks), V(vt, 1, dm.hd, bs, n_blocks);
-            std::vector<float> row(dm.hd);
-            for (int p = 0; p < n; ++p) {
-              for (auto& a : row) a = nd(rng);
-              kv_encode_row(kt, row.data(), 1, dm.hd, K.row(table[p / bs], p % bs));
-              for (auto& a : row) a = nd(rng);
-              kv_encode_row(vt, row.data(), 1, dm.hd, V.row(table[p / bs], p % bs));
-            }
+            const RandomPages rp(kt, vt, dm.hd, n, rng);
             const int64_t qs = dm.hd + 8, os = dm.hd + 16;
             std::vector<float> q(G * qs), out(G * os, NAN), one(dm.hd), scores(G * n), s1(n);
             for (auto& a : q) a = nd(rng);
-            const KvPages pg{table.data(), bs, K.side(0), V.side(0)};
+            const KvPages pg = rp.pages();
             std::vector<Isa> isas = {Isa::kAvx2};
             if (isa_supported(Isa::kAvx512)) isas.push_back(Isa::kAvx512);  // pairs of heads in 32 registers
             for (Isa isa : isas) {
@@ -566,6 +575,56 @@ TEST(AttendPagedHeads, EachHeadIsAttendPagedBitForBit) {
                 for (int64_t i = dm.hd_v; i < os; ++i)
                   ASSERT_TRUE(std::isnan(out[g * os + i])) << "head " << g << " i " << i << " isa " << isa_name(isa);
               }
+            }
+          }
+}
+
+// attend_paged_tokens gives each (token, head) exactly attend_paged's bits over that token's keys:
+// a prompt's causal key counts starting on either side of the 4- and 64-position tiles, and a
+// ragged set with a token that has no keys (zeros) after one that has some; every type pair, head
+// dims of the vector and generic paths, both ISAs where the host has AVX-512; nothing written
+// past hd_v.
+TEST(AttendPagedTokens, EachTokenHeadIsAttendPagedBitForBit) {
+  std::mt19937 rng(43);
+  std::normal_distribution<float> nd(0, 1);
+  struct Dims { int hd, hd_v; };
+  std::vector<std::vector<int64_t>> key_sets;
+  for (auto [first, n_tok] : {std::pair{1, 9}, {61, 5}, {126, 3}, {3, 2}}) {
+    key_sets.emplace_back();
+    for (int t = 0; t < n_tok; ++t) key_sets.back().push_back(first + t);
+  }
+  key_sets.push_back({7, 0, 70, 3, 64, 65});
+  for (KvType kt : kAllTypes)
+    for (KvType vt : kAllTypes)
+      for (Dims dm : {Dims{576, 512}, Dims{64, 64}, Dims{264, 136}, Dims{12, 8}})
+        for (const auto& nk : key_sets)
+          for (int G : {1, 3}) {
+            const int nt = (int)nk.size();
+            const int64_t n = *std::max_element(nk.begin(), nk.end());
+            SCOPED_TRACE(::testing::Message() << kv_type_name(kt) << "/" << kv_type_name(vt) << " hd " << dm.hd
+                                              << " hd_v " << dm.hd_v << " first keys " << nk[0] << " tokens " << nt
+                                              << " G " << G);
+            const RandomPages rp(kt, vt, dm.hd, n, rng);
+            const int64_t qs = dm.hd + 8, os = dm.hd + 16;
+            std::vector<float> q(nt * G * qs), out(nt * G * os), one(dm.hd), scores(nt * G * n), s1(n);
+            for (auto& a : q) a = nd(rng);
+            const KvPages pg = rp.pages();
+            std::vector<Isa> isas = {Isa::kAvx2};
+            if (isa_supported(Isa::kAvx512)) isas.push_back(Isa::kAvx512);
+            for (Isa isa : isas) {
+              std::fill(out.begin(), out.end(), NAN);
+              attend_paged_tokens(q.data(), nt, G, qs, pg, nk.data(), dm.hd, dm.hd_v, 0.09f, scores.data(), out.data(),
+                                  os, isa);
+              for (int t = 0; t < nt; ++t)
+                for (int g = 0; g < G; ++g) {
+                  const int64_t i = (int64_t)t * G + g;
+                  if (nk[t] > 0) attend_paged(q.data() + i * qs, pg, nk[t], dm.hd, 0.09f, s1.data(), one.data());
+                  else std::fill(one.begin(), one.end(), 0.0f);
+                  ASSERT_EQ(0, std::memcmp(one.data(), out.data() + i * os, sizeof(float) * dm.hd_v))
+                      << "token " << t << " head " << g << " isa " << isa_name(isa);
+                  for (int64_t c = dm.hd_v; c < os; ++c)
+                    ASSERT_TRUE(std::isnan(out[i * os + c])) << "token " << t << " head " << g << " c " << c;
+                }
             }
           }
 }

@@ -14,10 +14,6 @@
 namespace ouro {
 namespace {
 
-
-// 8 consecutive values of a row as floats, before the row's scale (fp8 codes come out as
-// value * 2^-8: the E4M3 bits are placed in an IEEE half, whose bias is 8 more; the 256 is folded
-// into the scale by kv_scale_of).
 // E4M3 codes (in the low bytes of 16-bit lanes) as IEEE half bits: the sign stays at bit 15 and
 // eeee.mmm moves to bits 13..7, so a half reads value * 2^-8 (its bias is 8 more; the 256 is folded
 // into the scale by kv_scale_of), subnormals included. E4M3's NaN (s.1111.111) would read as 480:

@@ -316,7 +316,8 @@ void attend_tokens_typed(const float* q, int nt, int G, int64_t qs, const KvPage
     }
   }
   for (int t = 0; t < nt; ++t)
-    for (int g = 0; g < G && nk[t] > 0; ++g) softmax_inplace(scores + (t * G + g) * ss, nk[t]);
+    if (nk[t] > 0)
+      for (int g = 0; g < G; ++g) softmax_inplace(scores + (t * G + g) * ss, nk[t]);
   constexpr int64_t kVTile = 16;
   float wt[4][kVTile];
   const int step = avx512 ? 4 : 2;  // heads per pass over a tile's rows
@@ -381,22 +382,19 @@ void attend_paged_tokens(const float* q, int n_tok, int g_heads, int64_t q_strid
   }
   if (!any) return;
   if (hd % 8 != 0 || hd_v % 8 != 0) {
-    for (int t = 0; t < n_tok; ++t)
-      for (int g = 0; g < g_heads && n_keys[t] > 0; ++g) {
+    for (int t = 0; t < n_tok; ++t) {
+      if (n_keys[t] <= 0) continue;
+      for (int g = 0; g < g_heads; ++g) {
         const int64_t i = (int64_t)t * g_heads + g;
         attend_generic(q + i * q_stride, pg, n_keys[t], hd, hd_v, scale, scores, out + i * out_stride);
       }
+    }
     return;
   }
   with_kv_types(pg.k.type, pg.v.type, [&]<KvType KT, KvType VT>() {
     attend_tokens_typed<KT, VT>(q, n_tok, g_heads, q_stride, pg, n_keys, hd, hd_v, scale, scores, out, out_stride,
                                 isa == Isa::kAvx512 && cpu_supports(Isa::kAvx512));
   });
-}
-
-void attend_paged_heads(const float* q, int g_heads, int64_t q_stride, const KvPages& pg, int64_t n_keys, int hd,
-                        int hd_v, float scale, float* scores, float* out, int64_t out_stride, Isa isa) {
-  attend_paged_tokens(q, 1, g_heads, q_stride, pg, &n_keys, hd, hd_v, scale, scores, out, out_stride, isa);
 }
 
 }  // namespace ouro

@@ -46,22 +46,16 @@ struct KvPages {
 void attend_paged(const float* q, const KvPages& pages, int64_t n_keys, int head_dim, float scale, float* scores,
                   float* out);
 
-// Attention of g_heads query heads that share one key/value head (grouped-query attention; MLA's
-// heads over the latent rows) at the same n_keys positions: each cached row is read once for all
-// heads, which then find it in L1/L2, instead of once per head. Head g's query is at
-// q + g * q_stride, its output, the first hd_v values of the weighted value rows (hd_v <= hd), at
-// out + g * out_stride; scores: g_heads * n_keys floats of scratch. Per head the arithmetic, and so
-// every bit of the output, is attend_paged's (hd_v a multiple of 8 whenever hd is), whichever isa:
-// kAvx512 (on a host that has it) runs both passes in 512-bit registers, four heads at a time
-// (attend_avx512.h); any other isa in 256-bit ones, one or two heads at a time.
-void attend_paged_heads(const float* q, int g_heads, int64_t q_stride, const KvPages& pages, int64_t n_keys, int hd,
-                        int hd_v, float scale, float* scores, float* out, int64_t out_stride, Isa isa);
-
-// attend_paged_heads for the g_heads heads of each of n_tok tokens at once, token t over its first
-// n_keys[t] positions (a prompt's tokens under the causal mask): head g of token t has its query at
-// q + (t * g_heads + g) * q_stride and its output at out + (t * g_heads + g) * out_stride; scores:
-// n_tok * g_heads * max(n_keys) floats of scratch. Each cached row is read once for the tile of
-// tokens instead of once per token, and every (token, head) output keeps attend_paged's bits.
+// Attention of the g_heads query heads of each of n_tok tokens that share one key/value head
+// (grouped-query attention; MLA's heads over the latent rows), token t over its first n_keys[t]
+// positions (a prompt's tokens under the causal mask): each cached row is read once for all heads
+// and tokens, which then find it in L1/L2, instead of once per head and token. Head g of token t
+// has its query at q + (t * g_heads + g) * q_stride and its output, the first hd_v values of the
+// weighted value rows (hd_v <= hd), at out + (t * g_heads + g) * out_stride; scores: n_tok *
+// g_heads * max(n_keys) floats of scratch. Per (token, head) the arithmetic, and so every bit of the
+// output, is attend_paged's (hd_v a multiple of 8 whenever hd is), whichever isa: kAvx512 (on a host
+// that has it) runs both passes in 512-bit registers, four heads at a time (attend_avx512.h); any
+// other isa in 256-bit ones, one or two heads at a time.
 void attend_paged_tokens(const float* q, int n_tok, int g_heads, int64_t q_stride, const KvPages& pages,
                          const int64_t* n_keys, int hd, int hd_v, float scale, float* scores, float* out,
                          int64_t out_stride, Isa isa);

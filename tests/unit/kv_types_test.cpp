@@ -543,10 +543,10 @@ TEST(AttendPaged, F32OneBlockEqualsAttendOne) {
   EXPECT_EQ(o1, o2);
 }
 
-// attend_paged_heads gives each head exactly attend_paged's bits (the first hd_v values), for every
-// type pair, key counts around its tiles of 4 and 64, shuffled blocks, head dims the vector path
-// and the generic path take, and both score passes (AVX2; AVX-512's pairs of heads where the host
-// has it); it writes nothing past hd_v.
+// attend_paged_tokens for one token gives each head exactly attend_paged's bits (the first hd_v
+// values), for every type pair, key counts around its tiles of 4 and 64, shuffled blocks, head dims
+// the vector path and the generic path take, and both score passes (AVX2; AVX-512's four heads per
+// row chunk where the host has it); it writes nothing past hd_v.
 TEST(AttendPagedHeads, EachHeadIsAttendPagedBitForBit) {
   std::mt19937 rng(41);
   std::normal_distribution<float> nd(0, 1);
@@ -567,7 +567,9 @@ TEST(AttendPagedHeads, EachHeadIsAttendPagedBitForBit) {
             if (isa_supported(Isa::kAvx512)) isas.push_back(Isa::kAvx512);  // pairs of heads in 32 registers
             for (Isa isa : isas) {
               std::fill(out.begin(), out.end(), NAN);
-              attend_paged_heads(q.data(), G, qs, pg, n, dm.hd, dm.hd_v, 0.09f, scores.data(), out.data(), os, isa);
+              const int64_t nk = n;
+              attend_paged_tokens(q.data(), 1, G, qs, pg, &nk, dm.hd, dm.hd_v, 0.09f, scores.data(), out.data(), os,
+                                  isa);
               for (int g = 0; g < G; ++g) {
                 attend_paged(q.data() + g * qs, pg, n, dm.hd, 0.09f, s1.data(), one.data());
                 ASSERT_EQ(0, std::memcmp(one.data(), out.data() + g * os, sizeof(float) * dm.hd_v))

@@ -84,10 +84,13 @@ ADVERSARIES = {
     "truncates-attention": (ENGINE, "truncate:attention:24", "reject", "correctness",
                             "Is a candidate whose attention reads only the first 24 keys rejected for its outputs?", {}),
     # True positives: the same criteria must still see real changes, whatever their shape, and no
-    # trust check may fail on an honest candidate. Up to 15 pairs: a true effect is decided.
+    # trust check may fail on an honest candidate. Up to 40 pairs for the 10% changes: the 2% bounds
+    # of engine-speedup leave them 7-12% of margin, and on a busy host decode's 99% box after 15
+    # pairs was still +-17% wide ("about 31 pairs would decide it", 2026-12-06); a quiet host
+    # decides them in the first 5 pairs, so the cap costs only when the host is noisy.
     "real-10pct-speedup": (ENGINE, "", "accept", None, "Is a candidate without the baseline's 10% delay accepted?",
-                           {"baseline": 'env = { OURO_FAULT = "slow:swiglu:10" }', "max_repeats": 15}),
-    "real-10pct-slowdown": (ENGINE, "slow:swiglu:10", "reject", None, "Is a candidate 10% slower rejected?", {"max_repeats": 15}),
+                           {"baseline": 'env = { OURO_FAULT = "slow:swiglu:10" }', "max_repeats": 40}),
+    "real-10pct-slowdown": (ENGINE, "slow:swiglu:10", "reject", None, "Is a candidate 10% slower rejected?", {"max_repeats": 40}),
     "faster-at-depth": (ENGINE, "", "accept", None,
                         "Is a candidate that stops repeating attention (a gain that grows with the depth) accepted at depth 256?",
                         dict(SHAPE, baseline='env = { OURO_FAULT = "repeat:attention:8" }', depth=256, prompt_len=16)),

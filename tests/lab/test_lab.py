@@ -65,16 +65,18 @@ seeds = [1, 2]
 
 
 def test_slower_candidate_is_rejected_and_attributed(ouro_bin, model_path, tmp_path):
-    """A candidate made 10% slower in one op (swiglu) fails a 5% criterion, and the trace diff names
-    swiglu. The fault spins in swiglu for 10% of the time since its previous call (OURO_FAULT=slow),
-    so the run is 10% slower however fast the machine is at that moment: a fixed delay calibrated
-    beforehand once came out as 6.3% on a loaded CI machine. Measured on prefill, which is
-    compute-bound here (samples within a few %), where decode's memory bandwidth swings too much
-    for a 5% bound to be decided in a test's time."""
+    """A candidate made 25% slower in one op (swiglu) fails a 5% criterion, and the trace diff names
+    swiglu. The fault spins in swiglu for 25% of the time since its previous call (OURO_FAULT=slow),
+    so the run is 25% slower however fast the machine is at that moment: a fixed delay calibrated
+    beforehand once came out as 6.3% on a loaded CI machine. 25%, not 10%: a ratio of 1/1.1 = 0.91
+    lies 4% from the 0.95 bound, and on a busy CI host 40 pairs of prefill left its interval
+    [0.888, 0.959] across it (inconclusive, 2026-12-06); the adversarial set's real-10pct-slowdown
+    checks a 10% change against the 2% bounds of engine-speedup. Measured on prefill, which is
+    compute-bound here, where decode's memory bandwidth swings more."""
     prompt_len = 128
     rec = run_spec(ouro_bin, tmp_path, f"""
         question = "Is a candidate with a delay in swiglu caught?"
-        hypothesis = "It is about 10% slower in prefill, all of it in swiglu."
+        hypothesis = "It is about 20% slower in prefill (1/1.25), all of it in swiglu."
         level = "engine"
         repeats = 8
         max_repeats = 40
@@ -84,7 +86,7 @@ def test_slower_candidate_is_rejected_and_attributed(ouro_bin, model_path, tmp_p
         revision = "worktree"
         [candidate]
         revision = "worktree"
-        env = {{ OURO_FAULT = "slow:swiglu:10" }}
+        env = {{ OURO_FAULT = "slow:swiglu:25" }}
         [workload]
         model = "{model_path}"
         prompt_len = {prompt_len}
@@ -99,7 +101,7 @@ def test_slower_candidate_is_rejected_and_attributed(ouro_bin, model_path, tmp_p
     assert rec["_rc"] == 3
     crit = [c for c in rec["criteria"] if c["expr"].startswith("candidate.prefill_tok_s")][0]
     assert crit["verdict"] == "fail"
-    assert 0.8 < rec["stats"]["prefill_tok_s"]["ratio"] < 0.95
+    assert 0.65 < rec["stats"]["prefill_tok_s"]["ratio"] < 0.9
     assert rec["attribution"][0]["name"] == "swiglu", rec["attribution"]
     assert rec["attribution"][0]["delta_ms"] > 0
     assert any("swiglu" in r for r in rec["reasons"])
@@ -292,12 +294,15 @@ def test_serve_level_drives_both_servers_with_loadtest(ouro_bin, model_path, tmp
 def test_ledger_records_rerun_verify_and_tamper(ouro_bin, tmp_path):
     ledger = tmp_path / "ledger.jsonl"
     spec = write_spec(tmp_path, KERNEL_SPEC.format(cand="").replace("repeats = 5", "repeats = 3"))
+    # Any verdict (0 accept, 3 reject, 4 inconclusive) is recorded: this test is about the ledger,
+    # and three pairs of identical binaries on a busy host have ended in each of them (a false
+    # reject at three pairs once in CI, 2026-12-06; the false-alarm rate is the test above's).
     p = lab(ouro_bin, tmp_path, "run", spec, "--ledger", ledger, "--bin", ouro_bin, "--note", "first try",
             "--quiet-wait", "5")
-    assert p.returncode in (0, 4), p.stderr
+    assert p.returncode in (0, 3, 4), p.stdout + p.stderr
     assert "recorded as E0001" in p.stdout
     p = lab(ouro_bin, tmp_path, "rerun", "E0001", "--ledger", ledger, "--bin", ouro_bin, "--json", "--quiet-wait", "5")
-    assert p.returncode in (0, 4), p.stderr
+    assert p.returncode in (0, 3, 4), p.stdout + p.stderr
     rerun = json.loads(p.stdout)
     assert rerun["kind"] == "rerun" and rerun["rerun_of"] == "E0001" and rerun["id"] == "E0002"
     assert "ns_per_op" in rerun["rerun_comparison"]["metrics"]

@@ -27,9 +27,12 @@ def test_adversary_is_rejected_for_the_right_reason(ouro_bin, model_path, tmp_pa
     if name == "inflates-bench":
         # The Done-means case: the lie is recorded beside the lab's figures and named.
         assert rec["rejected_for"] == "measurement_mismatch", rec["reasons"]
-        bench = rec["bench_self_report"]
-        lab_c = rec["stats"]["decode_tok_s"]["candidate_median"]
-        assert statistics.median(bench["candidate"]["decode_tok_s"]) > 1.15 * lab_c  # three runs of its bench
+        # Each bench process's figure beside the lab's clock between that process's markers: the same
+        # process, so host drift cancels (against the timed pairs' median, taken minutes apart, a busy
+        # CI host once left the lie at 1.01x, 2026-12-06).
+        cand = rec["bench_self_report"]["candidate"]
+        said = [s / c for s, c in zip(cand["decode_tok_s"], cand["lab_clock"]["decode_tok_s"])]
+        assert len(said) >= 2 and statistics.median(said) > 1.15, said
         assert rec["reasons"][0].startswith("measurement_mismatch: ")
         # Named process by process on the lab's clock between each bench process's markers.
         assert "(between its markers): the candidate's own timing says 1.3" in rec["reasons"][0], rec["reasons"][0]

@@ -98,9 +98,9 @@ def proposal(hypothesis, params=None, diff="", effect="faster"):
 
 
 CRITERIA_EDIT = textwrap.dedent("""\
-    diff --git a/experiments/criteria/engine-speedup.toml b/experiments/criteria/engine-speedup.toml
-    --- a/experiments/criteria/engine-speedup.toml
-    +++ b/experiments/criteria/engine-speedup.toml
+    diff --git a/experiments/criteria/prefill-speedup.toml b/experiments/criteria/prefill-speedup.toml
+    --- a/experiments/criteria/prefill-speedup.toml
+    +++ b/experiments/criteria/prefill-speedup.toml
     @@ -3,2 +3,2 @@
      levels = ["engine"]
     -criteria = [
@@ -109,8 +109,23 @@ CRITERIA_EDIT = textwrap.dedent("""\
 
 
 # The lever of the scripted and the target tests: hybrid-tiny's scalar kernels against the host's
-# vector ones is a ~30x difference on every host the suite runs on, and a run takes a second.
+# vector ones, on the F32 file, whose outputs are the same bits on every ISA (the quantized files'
+# are not, so their greedy texts part). Its matrices are dequantized row by row whatever the ISA:
+# prefill gains ~2.5x at one thread, decode only ~1.2x, which a busy CI host could not tell from
+# engine-speedup's "decode >= 0.98x" even in 15 pairs of 128-token decodes (box [0.94, 1.50],
+# 2026-12-06). So these tests' person writes criteria the lever decides (PREFILL_CRITERIA, in a
+# scratch repository the agent runs in), and times 256-token prompts (not 10 ms windows).
+PREFILL_CRITERIA = """\
+# Written by the test, which is the person here.
+description = "Keep a launch change that raises prefill by 15% with identical greedy continuations."
+levels = ["engine"]
+criteria = [
+  "candidate.prefill_tok_s >= 1.15 * baseline.prefill_tok_s",
+  "correctness.greedy_match == 1",
+]
+"""
 TINY = ROOT / "models" / "hybrid-tiny.F32.gguf"
+WORKLOAD = ["--prompt-len", "256", "--gen-len", "16", "--repeats", "3"]
 
 
 def test_scripted_llm_outcomes_are_recorded(abs_bin, cache_home, tmp_path):
@@ -125,11 +140,12 @@ def test_scripted_llm_outcomes_are_recorded(abs_bin, cache_home, tmp_path):
         "Sure! Here is my proposal: {threads: 2",      # not JSON
         json.dumps({"hypothesis": 1, "level": "engine"}),  # JSON, wrong schema
     ]
+    person = scratch_repo(tmp_path / "person", {"experiments/criteria/prefill-speedup.toml": PREFILL_CRITERIA})
     with ScriptedLLM(replies) as llm:
-        p = ouro(abs_bin, cache_home, "agent", "--goal", "raise prefill and decode throughput", "--criteria", "engine-speedup",
+        p = ouro(abs_bin, cache_home, "agent", "--goal", "raise prefill and decode throughput", "--criteria", "prefill-speedup",
                  "--llm", llm.url, "--llm-model", "stub-model", "--llm-key", "sk-test", "--budget", "4", "--json",
-                 "--base-args", "-t 1 --isa scalar", "-m", TINY, "--prompt-len", "64", "--gen-len", "16", "--repeats", "3",
-                 "--bin", abs_bin, "--ledger", ledger, "--quiet-wait", "5")
+                 "--base-args", "-t 1 --isa scalar", "-m", TINY, *WORKLOAD,
+                 "--bin", abs_bin, "--ledger", ledger, "--quiet-wait", "5", cwd=person)
     assert p.returncode == 0, p.stderr
     print(f"agent with the scripted LLM: {p.elapsed:.1f} s")
     account = json.loads(p.stdout)
@@ -142,7 +158,7 @@ def test_scripted_llm_outcomes_are_recorded(abs_bin, cache_home, tmp_path):
     assert rf["type"] == "json_schema" and rf["json_schema"]["strict"] is True
     assert rf["json_schema"]["schema"]["properties"]["level"]["enum"] == ["kernel", "op", "engine", "serve"]
     prompt = "\n".join(m["content"] for m in first["messages"])
-    assert "roofline verdict" in prompt and "engine-speedup" in prompt and "--threads 1 --isa scalar" in prompt
+    assert "roofline verdict" in prompt and "prefill-speedup" in prompt and "--threads 1 --isa scalar" in prompt
     second = "\n".join(m["content"] for m in llm.requests[1]["body"]["messages"])
     assert "verdict accept" in second  # step 1's verdict was fed back
     retry = llm.requests[4]["body"]["messages"]
@@ -154,12 +170,12 @@ def test_scripted_llm_outcomes_are_recorded(abs_bin, cache_home, tmp_path):
     assert [r["verdict"] for r in runs] == ["accept", "reject"], [(r["verdict"], r["reasons"]) for r in runs]
     assert len(runs) == 2  # the criteria edit never ran
     assert runs[0]["revisions"]["candidate"]["args"] == ["--threads", "1", "--isa", "auto"]
-    assert runs[0]["spec"]["criteria_file"] == "engine-speedup"
+    assert runs[0]["spec"]["criteria_file"] == "prefill-speedup"
     assert "agent" in runs[0]["note"] and "step 1" in runs[0]["note"]
     assert runs[1]["reasons"] and any("fail" in r or "prefill" in r for r in runs[1]["reasons"]), runs[1]["reasons"]
     assert [s["verdict"] for s in steps] == ["refused", "skipped"]
-    assert "experiments/criteria/engine-speedup.toml" in steps[0]["reasons"][0]
-    assert steps[0]["criteria_file"] == "engine-speedup" and len(steps[0]["criteria_sha256"]) == 64
+    assert "experiments/criteria/prefill-speedup.toml" in steps[0]["reasons"][0]
+    assert steps[0]["criteria_file"] == "prefill-speedup" and len(steps[0]["criteria_sha256"]) == 64
     assert "invalid proposal twice" in steps[1]["reasons"][0]
     acc = recs[-1]
     assert acc["kind"] == "agent-account" and acc["id"] == account["id"]
@@ -170,7 +186,7 @@ def test_scripted_llm_outcomes_are_recorded(abs_bin, cache_home, tmp_path):
     assert acc["offered_for_merge"] == []
 
     # The criteria file is untouched, and the ledger tools read the agent's record kinds.
-    assert subprocess.run(["git", "diff", "--quiet", "--", "experiments/criteria"], cwd=ROOT).returncode == 0
+    assert subprocess.run(["git", "diff", "--quiet", "--", "experiments/criteria"], cwd=person).returncode == 0
     v = ouro(abs_bin, cache_home, "lab", "verify", "--ledger", ledger)
     assert v.returncode == 0, v.stdout + v.stderr
     log = ouro(abs_bin, cache_home, "lab", "log", "--ledger", ledger)
@@ -209,7 +225,7 @@ def test_tune_finds_the_sweeps_best_in_fewer_runs(abs_bin, cache_home, tmp_path)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
     for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "criteria"]):
         subprocess.run(git + cmd, cwd=person, check=True)
-    workload = ["--prompt-len", "64", "--gen-len", "8"]
+    workload = ["--prompt-len", "256", "--gen-len", "8"]  # 64-token prompts (10 ms) once left auto undecided in CI
 
     ledger = tmp_path / "ledger.jsonl"
     p = ouro(abs_bin, cache_home, "agent", "--goal", "raise prefill throughput", "--criteria", "tune-prefill",
@@ -351,10 +367,11 @@ def test_invalid_proposals_are_explained_to_the_proposer(abs_bin, model_path, ca
 def test_tune_stops_when_the_target_is_met(abs_bin, cache_home, tmp_path):
     """--target decode_tok_s=1: the first kept configuration reaches it, and the loop stops."""
     ledger = tmp_path / "ledger.jsonl"
-    p = ouro(abs_bin, cache_home, "agent", "--goal", "any decode speed", "--criteria", "engine-speedup", "--policy", "tune",
+    person = scratch_repo(tmp_path / "person", {"experiments/criteria/prefill-speedup.toml": PREFILL_CRITERIA})
+    p = ouro(abs_bin, cache_home, "agent", "--goal", "any decode speed", "--criteria", "prefill-speedup", "--policy", "tune",
              "--space", "isa=scalar,auto", "--space", "kv=f32,bf16", "--base-args", "-t 1 --isa scalar", "--target", "decode_tok_s=1",
-             "--budget", "3", "--json", "-m", TINY, "--prompt-len", "64", "--gen-len", "16", "--repeats", "3",
-             "--bin", abs_bin, "--ledger", ledger, "--quiet-wait", "5")
+             "--budget", "3", "--json", "-m", TINY, *WORKLOAD,
+             "--bin", abs_bin, "--ledger", ledger, "--quiet-wait", "5", cwd=person)
     assert p.returncode == 0, p.stderr
     acc = json.loads(p.stdout)
     assert acc["goal_met"] is True and acc["stopped"] == "the goal was met", acc
@@ -362,7 +379,7 @@ def test_tune_stops_when_the_target_is_met(abs_bin, cache_home, tmp_path):
 
     # The same loop again: the lab finds the identical measurement and appends nothing, so the
     # step gets an agent-step record pointing at the stored run, and nothing is measured twice.
-    again = ouro(abs_bin, cache_home, *p.args[1:])
+    again = ouro(abs_bin, cache_home, *p.args[1:], cwd=person)
     assert again.returncode == 0, again.stderr
     acc2 = json.loads(again.stdout)
     recs = read_ledger(ledger)

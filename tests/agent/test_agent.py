@@ -219,12 +219,7 @@ def test_tune_finds_the_sweeps_best_in_fewer_runs(abs_bin, cache_home, tmp_path)
     """isa {scalar,auto} x kv {f32,int8} on hybrid-tiny at one thread: the sweep's best (or within
     noise), with fewer measured configurations than the sweep's four. The criteria file lives in a
     scratch git repository that the test (the person) writes; the agent only reads it."""
-    person = tmp_path / "person"
-    (person / "experiments" / "criteria").mkdir(parents=True)
-    (person / "experiments" / "criteria" / "tune-prefill.toml").write_text(TUNE_CRITERIA)
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
-    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "criteria"]):
-        subprocess.run(git + cmd, cwd=person, check=True)
+    person = scratch_repo(tmp_path / "person", {"experiments/criteria/tune-prefill.toml": TUNE_CRITERIA})
     workload = ["--prompt-len", "256", "--gen-len", "8"]  # 64-token prompts (10 ms) once left auto undecided in CI
 
     ledger = tmp_path / "ledger.jsonl"

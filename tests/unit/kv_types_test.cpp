@@ -564,7 +564,7 @@ TEST(AttendPagedHeads, EachHeadIsAttendPagedBitForBit) {
             for (auto& a : q) a = nd(rng);
             const KvPages pg = rp.pages();
             std::vector<Isa> isas = {Isa::kAvx2};
-            if (isa_supported(Isa::kAvx512)) isas.push_back(Isa::kAvx512);  // pairs of heads in 32 registers
+            if (isa_supported(Isa::kAvx512)) isas.push_back(Isa::kAvx512);  // four heads per row chunk
             for (Isa isa : isas) {
               std::fill(out.begin(), out.end(), NAN);
               const int64_t nk = n;

@@ -17,6 +17,7 @@ Every run uses its own XDG_CACHE_HOME (shared by the module so the probe is meas
 """
 import http.server
 import json
+import statistics
 import subprocess
 import textwrap
 import threading
@@ -240,21 +241,25 @@ def test_tune_finds_the_sweeps_best_in_fewer_runs(abs_bin, cache_home, tmp_path)
     assert account["learned"] and any(l.startswith("ranked isa") for l in account["learned"]), account["learned"]
     final = account["final_args"]
 
-    # The exhaustive sweep, measured here with `ouro bench` (three repeats per point, two rounds).
+    # The exhaustive sweep, measured here with `ouro bench` (three repeats per point, three rounds
+    # interleaved), each point's figure the median of its rounds: one bench process ran 1.37x its
+    # twin in a CI-like run (auto/int8 4910 then 6722 tok/s, 2026-12-07), and the best of the
+    # maxima made that outlier the bar.
     points = [(isa, kv) for isa in ("scalar", "auto") for kv in ("f32", "int8")]
     speed = {pt: [] for pt in points}
     t0 = time.monotonic()
-    for _ in range(2):
+    for _ in range(3):
         for isa, kv in points:
             b = ouro(abs_bin, cache_home, "bench", "--json", "--repeats", "3", "-m", TINY, *workload,
                      "--threads", "1", "--isa", isa, "--kv", kv)
             assert b.returncode == 0, b.stderr
             speed[(isa, kv)].append(json.loads(b.stdout)["prefill_tok_s"]["median"])
-    print(f"sweep: {time.monotonic() - t0:.1f} s", {pt: max(v) for pt, v in speed.items()})
-    best = max(max(v) for v in speed.values())
+    typical = {pt: statistics.median(v) for pt, v in speed.items()}
+    print(f"sweep: {time.monotonic() - t0:.1f} s", typical)
+    best = max(typical.values())
     got = dict(zip(final[::2], final[1::2]))
     pt = (got.get("--isa", "auto"), got.get("--kv", "f32"))
-    assert max(speed[pt]) >= 0.85 * best, (final, speed)
+    assert typical[pt] >= 0.85 * best, (final, speed)
 
 
 def scratch_repo(path, files):

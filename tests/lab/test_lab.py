@@ -155,9 +155,13 @@ def test_identical_request_returns_the_stored_record(ouro_bin, tmp_path):
 
 
 def test_a_real_difference_is_found_by_the_same_spec(ouro_bin, tmp_path):
-    """The statistics are not blind: the matmul kernel forced to the scalar reference is slower."""
+    """The statistics are not blind: the matmul kernel forced to the scalar reference is slower.
+    10 ms timed windows, not 40: the scalar side runs each window many times longer (a run of this
+    test took 40 s with 40 ms windows), and a difference of that size needs no long window."""
     spec = KERNEL_SPEC.format(cand='args = ["--isa", "scalar"]').replace('"rmsnorm"', '"matmul"').replace(
-        '["--cols", "2048", "--tokens", "16"]', '["--type", "q4_1", "--rows", "256", "--cols", "576"]')
+        '["--cols", "2048", "--tokens", "16"]', '["--type", "q4_1", "--rows", "256", "--cols", "576"]').replace(
+        "min_time_ms = 40", "min_time_ms = 10")
+    assert "min_time_ms = 10" in spec
     rec = run_spec(ouro_bin, tmp_path, spec)
     assert rec["stats"]["ns_per_op"]["change"] == "higher", rec["stats"]
     assert rec["verdict"] == "reject"

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "cli/common.h"
@@ -20,7 +21,7 @@ const char* kUsage =
     "usage: ouro bench [--prompt-len 512] [--gen-len 128] [--depth 0] [--repeats 5] [--warmup 1] [--json]\n"
     "  Prefill: one forward over prompt-len tokens from an empty cache (pp).\n"
     "  Decode: gen-len greedy single-token steps from an empty cache (tg), as llama-bench does.\n"
-    "  --depth N: both start after N cached tokens (prefilled untimed), as llama-bench's -d does.\n"
+    "  --depth N: both start after N cached tokens (prefilled once, untimed), as llama-bench's -d does.\n"
     "  Quantization flags (--weights, --w8a8-ops, --w8a8-layers, --kv, --kv-layers): docs/quantization.md\n"
     "  --trace FILE       Chrome trace of the measured repeats (docs/trace.md); --trace-buffer N\n"
     "  --markers          print @timed-start / @timed-end lines around each measured repeat (the lab\n"
@@ -68,19 +69,18 @@ int cmd_bench(int argc, char** argv) {
   for (auto& t : prompt) t = (int)(rng() % (uint32_t)n_vocab);
   for (auto& t : ctx_tokens) t = (int)(rng() % (uint32_t)n_vocab);
   // Starts a measurement with exactly the --depth tokens cached: filled once (untimed), later
-  // measurements drop what the previous one appended (a memory that cannot go back, a recurrent
-  // state, is filled again).
-  bool filled = false;
+  // measurements go back to the mark set there (the recurrent state copied back, the positions
+  // after it dropped), so a hybrid model does not fill the depth again either.
+  std::optional<SequenceState::Mark> at_depth;
   auto start_at_depth = [&]() -> Status {
-    if (filled) {
-      st->truncate((int)ctx_tokens.size());
-      if (st->n_past() == (int)ctx_tokens.size()) return Ok{};
-    }
+    if (at_depth && st->rewind(*at_depth)) return Ok{};
     st->reset();
-    filled = true;
-    if (ctx_tokens.empty()) return Ok{};
-    trace::Span phase("depth_fill", "phase", -1, (int)ctx_tokens.size());
-    return st->forward(ctx_tokens.data(), (int)ctx_tokens.size(), nullptr, false, e.pool(), e.kernels());
+    if (!ctx_tokens.empty()) {
+      trace::Span phase("depth_fill", "phase", -1, (int)ctx_tokens.size());
+      if (Status s = st->forward(ctx_tokens.data(), (int)ctx_tokens.size(), nullptr, false, e.pool(), e.kernels()); !s) return s;
+    }
+    at_depth = st->mark();
+    return Ok{};
   };
   std::vector<float> logits(n_vocab);
   fault::at_run_start();

@@ -13,6 +13,7 @@ size_t SequenceState::kv_bytes_per_token() const { return m_.kv_bytes_per_token(
 
 void SequenceState::reset() {
   n_past_ = 0;
+  ++epoch_;
   state_.clear(0);
 }
 
@@ -23,6 +24,19 @@ void SequenceState::truncate(int n) {
     return;
   }
   n_past_ = std::max(0, n);
+  ++epoch_;
+}
+
+SequenceState::Mark SequenceState::mark() const {
+  const uint8_t* slot = state_.slot(0);
+  return {n_past_, epoch_, std::vector<uint8_t>(slot, slot + state_.bytes_per_slot())};
+}
+
+bool SequenceState::rewind(const Mark& m) {
+  if (m.epoch != epoch_ || m.n_past > n_past_ || m.state.size() != state_.bytes_per_slot()) return false;
+  n_past_ = m.n_past;
+  std::copy(m.state.begin(), m.state.end(), state_.slot(0));
+  return true;
 }
 
 Status SequenceState::forward(const int* tokens, int n, float* logits, bool all_logits, ThreadPool& pool,

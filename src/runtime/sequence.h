@@ -3,6 +3,7 @@
 // positions), one recurrent-state slot and a workspace of max_batch tokens, all from the model
 // interface. The server's scheduler shares a paged pool between many sequences instead.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -21,6 +22,18 @@ class SequenceState {
   // go back: its state is reset unless n covers every position.
   void truncate(int n);
 
+  // A place to come back to: the position and a copy of the recurrent state there. rewind(m) drops
+  // the positions after it and puts the state back, so a model with recurrent memory can go back
+  // too (bench starts every repeat at the same --depth without filling it again). It returns false,
+  // changing nothing, after a reset or truncate since the mark (its positions may be other tokens now).
+  struct Mark {
+    int n_past = 0;
+    uint64_t epoch = 0;
+    std::vector<uint8_t> state;
+  };
+  Mark mark() const;
+  bool rewind(const Mark& m);
+
   // Runs tokens[0..n) at positions n_past.. and appends them to the memory. Writes logits of the
   // last token to `logits` [n_vocab], or of every token ([n][n_vocab]) when all_logits.
   // Processes in chunks of max_batch. Returns an error if the context would overflow.
@@ -38,6 +51,7 @@ class SequenceState {
   const Model& m_;
   int n_ctx_, max_batch_;
   int n_past_ = 0;
+  uint64_t epoch_ = 0;  // counts resets and truncations: a Mark from another epoch is gone
   PagedKvCache kv_;
   RecurrentStateStore state_;
   std::unique_ptr<Workspace> ws_;

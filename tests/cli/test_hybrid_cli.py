@@ -63,6 +63,23 @@ def test_bench_reports_both_memories(ouro_bin):
     assert k8["kv_bytes_per_token"] == 2 * (80 + 4), k8
 
 
+def test_bench_fills_the_depth_once(ouro_bin, tmp_path):
+    """At --depth, every measurement starts from the same cached tokens: the depth is filled once
+    and later measurements go back to it (the KDA state copied back, the MLA rows after it dropped)
+    instead of filling it again, which at a 128k depth took most of a run. The trace shows one fill,
+    and every prefill and decode phase starting at the depth."""
+    trace = tmp_path / "t.json"
+    ok(ouro_bin, "bench", "-m", F32, "--prompt-len", "16", "--gen-len", "3", "--depth", "40", "--repeats", "2",
+       "--warmup", "0", "--json", "-t", "2", "--trace", trace)
+    ev = sorted((e for e in json.loads(trace.read_text())["traceEvents"] if e.get("cat") == "phase"), key=lambda e: e["ts"])
+    names = [e["name"] for e in ev]
+    assert names.count("depth_fill") == 1, names
+    assert names.count("prefill") == 2 and names.count("decode") == 2 * 3, names
+    assert [e["args"]["pos"] for e in ev if e["name"] == "prefill"] == [40, 40], ev
+    # each decode measurement starts at the depth: positions 40, 41, 42, twice
+    assert [e["args"]["pos"] for e in ev if e["name"] == "decode"] == [40, 41, 42] * 2, ev
+
+
 def test_trace_summarize_names_the_hybrid_ops(ouro_bin, tmp_path):
     trace = tmp_path / "t.json"
     ok(ouro_bin, "generate", "-m", TINY, "-p", "hi", "-n", "3", "--temp", "0", "--trace", trace, "-t", "2")

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -109,6 +110,30 @@ TEST_F(HybridState, MemorySizesAreTheConfigs) {
   int8.k.assign(2, KvType::kInt8);
   int8.v.assign(2, KvType::kF32);
   EXPECT_EQ(model->kv_bytes_per_token(int8), 2u * (80 + 4));  // int8 values and one scale per row
+}
+
+TEST_F(HybridState, RewindToAMarkRepeatsTheSameLogits) {
+  // What bench does at --depth: fill once, mark, then every measurement from the mark. The KDA
+  // state is copied back and the MLA rows after the mark are dropped, so the same tokens after it
+  // give the same bits as the first time; a reset since makes the mark unusable.
+  SequenceState st(*model, 512, 64);
+  run(st, 0, 100);
+  const SequenceState::Mark at = st.mark();
+  EXPECT_EQ(at.n_past, 100);
+  EXPECT_EQ(at.state.size(), st.state_bytes());
+  const std::vector<float> first = run(st, 100, 70);
+  run(st, 300, 5);  // other tokens after the first ones: the state moved on
+  for (int again = 0; again < 2; ++again) {
+    ASSERT_TRUE(st.rewind(at));
+    EXPECT_EQ(st.n_past(), 100);
+    const std::vector<float> next = run(st, 100, 70);
+    ASSERT_EQ(next.size(), first.size());
+    EXPECT_EQ(std::memcmp(next.data(), first.data(), first.size() * sizeof(float)), 0) << "rewind " << again;
+  }
+  st.reset();
+  run(st, 0, 150);
+  EXPECT_FALSE(st.rewind(at));  // the positions before the mark may hold other tokens now
+  EXPECT_EQ(st.n_past(), 150);
 }
 
 TEST(KOnlyLayout, OneRowServesAsKeyAndValue) {

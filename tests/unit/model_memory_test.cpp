@@ -130,4 +130,31 @@ TEST(SequenceState, ARecurrentStateCannotGoBack) {
   EXPECT_FALSE(st.forward(&bad, 1, out.data(), false, pool, k));  // out of the vocabulary
 }
 
+TEST(SequenceState, ARecurrentStateGoesBackToAMark) {
+  SumModel m;
+  ThreadPool pool(1);
+  const MatmulKernels& k = matmul_kernels(Isa::kScalar);
+  SequenceState st(m, 64);
+  const std::vector<int> ids = {1, 2, 3};
+  std::vector<float> out(4);
+  ASSERT_TRUE(st.forward(ids.data(), 3, out.data(), false, pool, k));
+  const SequenceState::Mark at = st.mark();  // sum 6 after 3 positions
+  ASSERT_TRUE(st.forward(ids.data(), 3, out.data(), false, pool, k));
+  EXPECT_EQ(out[0], 12.0f);
+  ASSERT_TRUE(st.rewind(at));
+  EXPECT_EQ(st.n_past(), 3);
+  const int two = 2;
+  ASSERT_TRUE(st.forward(&two, 1, out.data(), false, pool, k));
+  EXPECT_EQ(out[0], 8.0f);  // 6 + 2: the state at the mark, not 12 + 2 or 0 + 2
+  EXPECT_EQ(out[1], 3.0f);  // at position 3 again
+  ASSERT_TRUE(st.rewind(at));  // a mark serves any number of times
+  EXPECT_EQ(st.n_past(), 3);
+  st.truncate(1);  // positions before the mark are gone: it cannot be used any more
+  EXPECT_FALSE(st.rewind(at));
+  EXPECT_EQ(st.n_past(), 0);
+  st.reset();
+  ASSERT_TRUE(st.forward(ids.data(), 3, out.data(), false, pool, k));
+  EXPECT_FALSE(st.rewind(at));  // the same position count, but filled after a reset
+}
+
 }  // namespace

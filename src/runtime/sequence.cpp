@@ -28,6 +28,7 @@ void SequenceState::truncate(int n) {
 }
 
 SequenceState::Mark SequenceState::mark() const {
+  if (state_.bytes_per_slot() == 0) return {n_past_, epoch_, {}};  // attention only: no slot memory to read
   const uint8_t* slot = state_.slot(0);
   return {n_past_, epoch_, std::vector<uint8_t>(slot, slot + state_.bytes_per_slot())};
 }
@@ -35,7 +36,7 @@ SequenceState::Mark SequenceState::mark() const {
 bool SequenceState::rewind(const Mark& m) {
   if (m.epoch != epoch_ || m.n_past > n_past_ || m.state.size() != state_.bytes_per_slot()) return false;
   n_past_ = m.n_past;
-  std::copy(m.state.begin(), m.state.end(), state_.slot(0));
+  if (!m.state.empty()) std::copy(m.state.begin(), m.state.end(), state_.slot(0));
   return true;
 }
 

@@ -259,7 +259,11 @@ def test_tune_finds_the_sweeps_best_in_fewer_runs(abs_bin, cache_home, tmp_path)
     best = max(typical.values())
     got = dict(zip(final[::2], final[1::2]))
     pt = (got.get("--isa", "auto"), got.get("--kv", "f32"))
-    assert typical[pt] >= 0.85 * best, (final, speed)
+    # The agent keeps only changes that clear the criteria's 15% bar, so a point up to 15% better
+    # (int8 KV was 1.2x in one CI-like sweep, 2026-12-07) may rightly be left; with the sweep's own
+    # noise that sits at 0.85. Scalar kernels run at ~0.4-0.5 of the vector ones: 0.75 still
+    # catches an agent that kept the wrong lever.
+    assert typical[pt] >= 0.75 * best, (final, speed)
 
 
 def scratch_repo(path, files):

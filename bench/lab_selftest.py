@@ -13,7 +13,9 @@
   a trust check.
 
 usage: bench/lab_selftest.py [--adversary-runs 1] [--identical-runs 20] [--levels kernel,engine]
-                             [--bin build/ouro] [--out bench/results/lab-selftest.jsonl]
+                             [--adversary-layers 8] [--bin build/ouro] [--out bench/results/lab-selftest.jsonl]
+The adversarial set runs on the model's first 8 layers, as in CI (tests/lab/conftest.py);
+--adversary-layers 0 runs it on the whole model. The identical runs use the whole model.
 The environment passes through (OURO_ISA=avx2 measures the AVX2 kernels). Prints one table.
 """
 import argparse
@@ -29,6 +31,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
+from ouro_testlib import write_first_layers  # noqa: E402
 from lab_adversaries import ADVERSARIES, TRUE_POSITIVES, judge_outcome, spec_text  # noqa: E402
 from lab_identical import MODEL, SPECS  # noqa: E402
 
@@ -49,6 +52,7 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated case names of the adversarial set (default: all)")
     ap.add_argument("--bin", default=str(ROOT / "build" / "ouro"))
     ap.add_argument("--model", default=str(MODEL))
+    ap.add_argument("--adversary-layers", type=int, default=8, help="the adversarial set's model: the first N layers (0: all)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "lab-selftest.jsonl"))
     a = ap.parse_args()
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="lab-selftest-"))
@@ -57,12 +61,16 @@ def main():
     out = pathlib.Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     rows, t0 = [], time.monotonic()
+    adv_model = a.model
+    if a.adversary_layers > 0:
+        adv_model = str(tmp / f"first{a.adversary_layers}.gguf")
+        write_first_layers(a.model, adv_model, a.adversary_layers)
     with out.open("w") as log:
         names = [n for n in a.only.split(",") if n] or sorted(ADVERSARIES)
         for name in names:
             kind = "true-positive" if name in TRUE_POSITIVES else "adversary"
             spec = tmp / f"{name}.toml"
-            spec.write_text(spec_text(name, a.model))
+            spec.write_text(spec_text(name, adv_model))
             for i in range(a.adversary_runs):
                 rec = lab_run(a.bin, spec, env)
                 outcome = judge_outcome(name, rec)

@@ -72,3 +72,35 @@ def engine_allows(isa):
             flags = set(line.split(":", 1)[1].split())
             break
     return all(f in flags for f in _ISA_FLAGS[isa])
+
+
+def write_first_layers(src, dst, n_layer):
+    """Writes `src` (a GGUF) to `dst` with only its first n_layer blocks: the same tokenizer, the
+    same embedding and output weights, the same tensor types, block_count set to n_layer. The lab's
+    adversarial set runs on SmolLM2's first 8 layers (docs/testing.md): each of its pairs then costs
+    about a third of the whole model's, and every fault it plants (a proportional delay, repeated or
+    truncated attention, a skipped last layer, replayed answers) acts on it all the same."""
+    import gguf
+    from gguf import GGUFValueType as VT
+    r = gguf.GGUFReader(str(src))
+    arch = r.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(str(dst), arch)
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name == "general.architecture":
+            continue
+        value = n_layer if f.name == f"{arch}.block_count" else f.contents()
+        if f.types[0] == VT.ARRAY:
+            w.add_key_value(f.name, value, VT.ARRAY, sub_type=f.types[-1])
+        else:
+            w.add_key_value(f.name, value, f.types[0])
+    kept = 0
+    for t in r.tensors:
+        if t.name.startswith("blk.") and int(t.name.split(".")[1]) >= n_layer:
+            continue
+        w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+        kept += 1
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return kept

@@ -64,7 +64,7 @@ seeds = [1, 2]
 """
 
 
-def test_slower_candidate_is_rejected_and_attributed(ouro_bin, model_path, tmp_path):
+def test_slower_candidate_is_rejected_and_attributed(ouro_bin, lab_model_path, tmp_path):
     """A candidate made 25% slower in one op (swiglu) fails a 5% criterion, and the trace diff names
     swiglu. The fault spins in swiglu for 25% of the time since its previous call (OURO_FAULT=slow),
     so the run is 25% slower however fast the machine is at that moment: a fixed delay calibrated
@@ -88,7 +88,7 @@ def test_slower_candidate_is_rejected_and_attributed(ouro_bin, model_path, tmp_p
         revision = "worktree"
         env = {{ OURO_FAULT = "slow:swiglu:25" }}
         [workload]
-        model = "{model_path}"
+        model = "{lab_model_path}"
         prompt_len = {prompt_len}
         gen_len = 0
         bench_repeats = 3
@@ -174,16 +174,16 @@ def memo_key(ouro_bin, model_path, text):
     return hashlib.sha256("".join(f"{i}," for i in ids).encode()).hexdigest()[:16]
 
 
-def test_candidate_replaying_cached_outputs_is_caught_by_held_out_inputs(ouro_bin, model_path, tmp_path):
+def test_candidate_replaying_cached_outputs_is_caught_by_held_out_inputs(ouro_bin, lab_model_path, tmp_path):
     prompts = ["The capital of France is", "def fibonacci(n):"]
     memo = tmp_path / "memo"
     memo.mkdir()
     for text in prompts:  # the cheat: the baseline's answers for exactly the spec's inputs
-        stem = memo / memo_key(ouro_bin, model_path, text)
-        subprocess.run([str(ouro_bin), "logits", "--text", text, "--all", "--out", f"{stem}.npy", "-m", str(model_path)],
+        stem = memo / memo_key(ouro_bin, lab_model_path, text)
+        subprocess.run([str(ouro_bin), "logits", "--text", text, "--all", "--out", f"{stem}.npy", "-m", str(lab_model_path)],
                        check=True, capture_output=True)
         g = subprocess.run([str(ouro_bin), "generate", "-p", text, "-n", "4", "--temp", "0", "--json", "-m",
-                            str(model_path)], check=True, capture_output=True, text=True)
+                            str(lab_model_path)], check=True, capture_output=True, text=True)
         (memo.parent / "memo" / f"{stem.name}.gen.json").write_text(g.stdout)
     rec = run_spec(ouro_bin, tmp_path, f"""
         question = "Is a candidate that memorized the spec's inputs caught?"
@@ -197,7 +197,7 @@ def test_candidate_replaying_cached_outputs_is_caught_by_held_out_inputs(ouro_bi
         revision = "worktree"
         env = {{ OURO_FAULT = "memo:{memo}" }}
         [workload]
-        model = "{model_path}"
+        model = "{lab_model_path}"
         prompts = {json.dumps(prompts)}
         prompt_len = 8
         gen_len = 8

@@ -17,10 +17,10 @@ from test_lab import run_spec
 
 
 @pytest.mark.parametrize("name", sorted(ADVERSARIES))
-def test_adversary_is_rejected_for_the_right_reason(ouro_bin, model_path, tmp_path, name):
+def test_adversary_is_rejected_for_the_right_reason(ouro_bin, lab_model_path, tmp_path, name):
     if name == "fast-only-when-idle" and (os.cpu_count() or 1) < 2:
         pytest.skip("needs a second CPU for the candidate to take")
-    rec = run_spec(ouro_bin, tmp_path, spec_text(name, model_path), timeout=900)
+    rec = run_spec(ouro_bin, tmp_path, spec_text(name, lab_model_path), timeout=900)
     assert judge_outcome(name, rec) == "ok", (judge_outcome(name, rec), rec.get("trust"), rec["reasons"])
     if ADVERSARIES[name][2] == "reject":
         assert rec["_rc"] == 3

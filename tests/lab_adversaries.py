@@ -50,10 +50,12 @@ KERNEL = """
     seeds = [1, 2]
     """
 
-# The shape-dependent true positives: shorter runs than the adversaries' (one timed request per run
-# after the worker's own warm-up request, no warm-up pair), since their effects are 25%
-# and more; up to 15 pairs.
-SHAPE = {"gen_len": 32, "bench_repeats": 1, "max_repeats": 15, "warmup": 0}
+# The shape-dependent true positives: no warm-up pair, since their effects are 25% and more. Three
+# timed requests per run (their median is the run's figure) and up to 25 pairs: on the 8-layer model
+# (tests/lab/conftest.py) a request decodes 32 tokens in about 70 ms, and with one request per run
+# and 15 pairs a noisy host left faster-at-long-prompt's decode box at [-8%, +44%] (2026-12-07); a
+# pair costs about 1.5 s.
+SHAPE = {"gen_len": 32, "bench_repeats": 3, "max_repeats": 25, "warmup": 0}
 
 # name: (template, fault, expected verdict, expected trust code or None ("correctness": rejected for a
 # failed correctness criterion, said first), question, extra format fields)
@@ -117,7 +119,7 @@ def spec_text(name, model):
     tpl, fault, _, _, question, extra = ADVERSARIES[name]
     fields = {"question": question, "hypothesis": "The lab sees through it.", "fault": fault, "model": model,
               "threads": 2, "baseline": "", "max_repeats": 5, "criteria": 'criteria_file = "engine-speedup"',
-              "prompt_len": 64, "gen_len": 32, "depth": 0, "bench_repeats": 2, "warmup": 1}
+              "prompt_len": 64, "gen_len": 32, "depth": 0, "bench_repeats": 3, "warmup": 1}
     fields.update(extra)
     return textwrap.dedent(tpl.format(**fields))
 

@@ -44,6 +44,13 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
+#ifdef OURO_SERVE_ONLY
+  // The ThreadSanitizer build: the server and the commands its tests start (CMakeLists.txt).
+  struct { const char* name; int (*fn)(int, char**); } cmds[] = {
+      {"generate", ouro::cmd_generate}, {"chat", ouro::cmd_chat}, {"tokenize", ouro::cmd_tokenize},
+      {"detokenize", ouro::cmd_detokenize}, {"serve", ouro::cmd_serve},
+  };
+#else
   struct { const char* name; int (*fn)(int, char**); } cmds[] = {
       {"generate", ouro::cmd_generate}, {"chat", ouro::cmd_chat},       {"tokenize", ouro::cmd_tokenize},
       {"detokenize", ouro::cmd_detokenize}, {"logits", ouro::cmd_logits}, {"bench", ouro::cmd_bench}, {"worker", ouro::cmd_worker},
@@ -51,6 +58,7 @@ int main(int argc, char** argv) {
       {"microbench", ouro::cmd_microbench}, {"lab", ouro::cmd_lab},
       {"loadtest", ouro::cmd_loadtest}, {"quality", ouro::cmd_quality}, {"mcp", ouro::cmd_mcp}, {"agent", ouro::cmd_agent},
   };
+#endif
   for (const auto& c : cmds) {
     if (std::strcmp(cmd, c.name) != 0) continue;
     // Resource exhaustion surfaces as exceptions from allocation and thread creation deep inside
@@ -64,6 +72,10 @@ int main(int argc, char** argv) {
     }
     return 1;
   }
+#ifdef OURO_SERVE_ONLY
+  std::fprintf(stderr, "ouro: unknown command '%s' (this is the ThreadSanitizer build: serve, generate, chat, tokenize, detokenize)\n", cmd);
+#else
   std::fprintf(stderr, "ouro: unknown command '%s' (run 'ouro --help')\n", cmd);
+#endif
   return 2;
 }

@@ -32,7 +32,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "bench"))
 from ouro_testlib import write_first_layers  # noqa: E402
-from lab_adversaries import ADVERSARIES, TRUE_POSITIVES, judge_outcome, spec_text  # noqa: E402
+from lab_adversaries import ADVERSARIES, ADVERSARY_LAYERS, TRUE_POSITIVES, judge_outcome, spec_text  # noqa: E402
 from lab_identical import MODEL, SPECS  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated case names of the adversarial set (default: all)")
     ap.add_argument("--bin", default=str(ROOT / "build" / "ouro"))
     ap.add_argument("--model", default=str(MODEL))
-    ap.add_argument("--adversary-layers", type=int, default=8, help="the adversarial set's model: the first N layers (0: all)")
+    ap.add_argument("--adversary-layers", type=int, default=ADVERSARY_LAYERS, help="the adversarial set's model: the first N layers (0: all)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "lab-selftest.jsonl"))
     a = ap.parse_args()
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="lab-selftest-"))

@@ -8,6 +8,10 @@ with no trust check failing. Shared by tests/lab/test_lab_trust.py (CI) and benc
 """
 import textwrap
 
+# The engine cases run on the default model's first ADVERSARY_LAYERS layers (ouro_testlib.write_first_layers;
+# tests/lab/conftest.py in CI, bench/lab_selftest.py --adversary-layers; docs/lab.md).
+ADVERSARY_LAYERS = 8
+
 ENGINE = """
     question = "{question}"
     hypothesis = "{hypothesis}"
@@ -53,8 +57,8 @@ KERNEL = """
 # The shape-dependent true positives: no warm-up pair, since their effects are 25% and more. Three
 # timed requests per run (their median is the run's figure) and up to 25 pairs: on the 8-layer model
 # (tests/lab/conftest.py) a request decodes 32 tokens in about 70 ms, and with one request per run
-# and 15 pairs a noisy host left faster-at-long-prompt's decode box at [-8%, +44%] (2026-12-07); a
-# pair costs about 1.5 s.
+# and 15 pairs a noisy host left faster-at-long-prompt's decode box at [-8%, +44%] (2026-12-07); in
+# CI each shape case then took 15-23 s.
 SHAPE = {"gen_len": 32, "bench_repeats": 3, "max_repeats": 25, "warmup": 0}
 
 # name: (template, fault, expected verdict, expected trust code or None ("correctness": rejected for a

@@ -93,14 +93,11 @@ def write_first_layers(src, dst, n_layer):
             w.add_key_value(f.name, value, VT.ARRAY, sub_type=f.types[-1])
         else:
             w.add_key_value(f.name, value, f.types[0])
-    kept = 0
     for t in r.tensors:
         if t.name.startswith("blk.") and int(t.name.split(".")[1]) >= n_layer:
             continue
         w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
-        kept += 1
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    return kept

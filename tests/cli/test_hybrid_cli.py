@@ -67,8 +67,7 @@ def test_bench_fills_the_depth_once(ouro_bin, tmp_path):
     """At --depth, every measurement starts from the same cached tokens: the depth is filled once
     and later measurements go back to it (the KDA state copied back, the MLA rows after it dropped)
     instead of filling it again (at a 32k depth on hybrid-small the second fill was half of a 745 s
-    run). The trace shows one fill,
-    and every prefill and decode phase starting at the depth."""
+    run). The trace shows one fill, and every prefill and decode phase starting at the depth."""
     trace = tmp_path / "t.json"
     ok(ouro_bin, "bench", "-m", F32, "--prompt-len", "16", "--gen-len", "3", "--depth", "40", "--repeats", "2",
        "--warmup", "0", "--json", "-t", "2", "--trace", trace)

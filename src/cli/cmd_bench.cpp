@@ -122,7 +122,7 @@ int cmd_bench(int argc, char** argv) {
         {
           trace::Span phase("decode", "phase", -1, 1);
           phase.pos(st->n_past());
-          if (Status s = st->forward(&tok, 1, logits.data(), false, e.pool(), e.kernels()); !s) return report(s.error());
+          if (Status s = st->decode(tok, logits.data(), e.pool(), e.kernels()); !s) return report(s.error());
         }
         trace::Span sp("sample", "sample", -1, 1, 4.0 * n_vocab);
         tok = argmax(logits.data(), n_vocab);

@@ -163,7 +163,7 @@ int cmd_chat(int argc, char** argv) {
     // A reply cut by the length limit leaves its last token sampled but not yet in the cache.
     if (r->finish_reason == "length" && !r->tokens.empty() && st->n_past() < st->n_ctx()) {
       std::vector<float> logits(e.model().info().n_vocab);
-      if (Status s = st->forward(&r->tokens.back(), 1, logits.data(), false, e.pool(), e.kernels()); !s)
+      if (Status s = st->decode(r->tokens.back(), logits.data(), e.pool(), e.kernels()); !s)
         return report(s.error());
     }
     history.push_back({"assistant", r->text});

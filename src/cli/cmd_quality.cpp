@@ -148,7 +148,7 @@ int cmd_quality(int argc, char** argv) {
         int tok = (int)argmax_row(row.data(), nv);
         outs[side].push_back(tok);
         if (i + 1 < L)
-          if (Status s = st->forward(&tok, 1, row.data(), false, e.pool(), e.kernels()); !s) return report(s.error());
+          if (Status s = st->decode(tok, row.data(), e.pool(), e.kernels()); !s) return report(s.error());
       }
       ++side;
     }

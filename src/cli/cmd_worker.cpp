@@ -131,7 +131,7 @@ int cmd_worker(int argc, char** argv) {
       else t = t_first + (long long)((double)(t - t_first) / inflate);
       emit({{"tok", tok}, {"t_ns", t}});
       if (i + 1 < n)
-        if (Status s = st->forward(&tok, 1, logits.data(), false, e.pool(), e.kernels()); !s) {
+        if (Status s = st->decode(tok, logits.data(), e.pool(), e.kernels()); !s) {
           emit({{"error", s.error().message}});
           break;
         }

@@ -72,6 +72,37 @@ void softmax_inplace(float* x, int64_t n) {
   for (int64_t k = 0; k < n; ++k) x[k] *= inv;
 }
 
+float online_softmax_block(float* s, int cnt, int np, float scale, float* m, float* l) {
+  float bm = -INFINITY;
+  for (int j = 0; j < cnt; ++j) bm = std::max(bm, s[j] * scale);
+  const float mn = std::max(*m, bm), a = std::exp(*m - mn);
+  const __m256 vs = _mm256_set1_ps(scale), vm = _mm256_set1_ps(mn);
+  __m256 acc = _mm256_setzero_ps();
+  int j = 0;
+  for (; j + 8 <= cnt; j += 8) {
+    const __m256 e = exp256_nonpos(_mm256_sub_ps(_mm256_mul_ps(_mm256_loadu_ps(s + j), vs), vm));
+    _mm256_storeu_ps(s + j, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  if (j < cnt) {  // the last partial group, padded, its lanes past cnt masked out
+    alignas(32) float buf[8];
+    alignas(32) int32_t lane[8];
+    for (int i = 0; i < 8; ++i) {
+      buf[i] = j + i < cnt ? s[j + i] : 0.0f;
+      lane[i] = j + i < cnt ? -1 : 0;
+    }
+    const __m256 mask = _mm256_castsi256_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(lane)));
+    const __m256 e = _mm256_and_ps(mask, exp256_nonpos(_mm256_sub_ps(_mm256_mul_ps(_mm256_load_ps(buf), vs), vm)));
+    _mm256_store_ps(buf, e);
+    for (int i = 0; j + i < cnt; ++i) s[j + i] = buf[i];
+    acc = _mm256_add_ps(acc, e);
+  }
+  for (int i = cnt; i < np; ++i) s[i] = 0.0f;
+  *l = *l * a + hsum256(acc);
+  *m = mn;
+  return a;
+}
+
 void attend_one(const float* q, const float* k, const float* v, int64_t stride, int64_t n_keys, int head_dim,
                 float scale, float* scores, float* out) {
   const int block0 = 0;

@@ -20,6 +20,13 @@ void swiglu(const float* g, const float* u, float* y, int64_t n);
 
 // In-place numerically stable softmax over n values; returns nothing.
 void softmax_inplace(float* x, int64_t n);
+// One block of keys of an online softmax, for one query's raw scores s[0, np) of which the first
+// cnt (>= 1) are its keys and the rest masked: s becomes the weights exp(scale * s - m') (0 past
+// cnt), with m' = max(*m, the block's largest scaled score); *m becomes m' and *l the running sum
+// *l * a + sum of the weights, where a = exp(old *m - m') is returned: the factor the row's output so
+// far is scaled by (0 for the first block, *m = -inf). Every weight is the same polynomial exp
+// whatever cnt and np, so a key's weight has the same bits in a block of any width.
+float online_softmax_block(float* s, int cnt, int np, float scale, float* m, float* l);
 
 // Causal attention of one query head over keys/values at positions [0, n_keys):
 //   out = softmax(q . k_p * scale) . v_p
@@ -63,6 +70,14 @@ void attend_paged_tokens(const float* q, int n_tok, int g_heads, int64_t q_strid
 float dot_f32(const float* a, const float* b, int64_t n);
 
 // Bytes and FLOPs of attend_one over n_keys keys (scores, softmax, weighted sum).
+// y[j * ldy + c] = sum over l < k of x[j * ldx + l] * w[l * m + c], for rows j < n and columns
+// c < m (w row-major [k][m]). Each sum is one chain of fused multiply-adds in l's order from zero,
+// so every bit is the same on every isa and however the rows are grouped or split: MLA's
+// decompressing form multiplies every cached key by it once per prompt chunk, and a key's values
+// must not depend on which chunk decompressed it (kernels/rows_matrix.cpp).
+void rows_times_matrix(const float* x, int64_t n, int64_t ldx, int k, const float* w, int64_t m, float* y,
+                       int64_t ldy, Isa isa);
+
 inline double attend_one_flops(int64_t n_keys, int head_dim) { return 4.0 * n_keys * head_dim + 5.0 * n_keys; }
 inline double attend_one_bytes(int64_t n_keys, int head_dim) { return 8.0 * n_keys * head_dim; }
 

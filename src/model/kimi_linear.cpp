@@ -28,6 +28,9 @@ float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 // tile instead of once per token; the scratch scores grow with it (tile * heads * keys floats per
 // thread: 32 MiB at 8 heads and 131,072 keys).
 constexpr int kMlaTokenTile = 8;
+// Cached keys per block of the decompressing form (Pass::mla_given): a block's latent rows, one
+// head's keys and values and the scores of 512 tokens over it stay in L2.
+constexpr int kMlaKeyBlock = 128;
 
 // The arithmetic a matmul's FLOPs run in (traces compare them with that peak).
 const char* precision_of(const PackedMatrix& W) { return W.kind == PackedKind::kRows ? nullptr : "int8"; }
@@ -90,7 +93,24 @@ struct Pass {
   }
 
   void kda(int l);
+  // n tokens at positions past.. in tiles of tt: each token's key count (n_keys, through the lab's
+  // truncating fault) and the tiles' running key totals (cum_keys, for split_weighted); the tiles.
+  int token_tiles(int past, int n, int tt) {
+    const int units = (n + tt - 1) / tt;
+    ws.cum_keys[0] = 0;
+    for (int u = 0; u < units; ++u) {
+      int64_t keys = 0;
+      for (int t = u * tt; t < std::min(n, u * tt + tt); ++t) {
+        ws.n_keys[t] = fault::attention_keys(past + t + 1);
+        keys += past + t + 1;
+      }
+      ws.cum_keys[u + 1] = ws.cum_keys[u] + keys;
+    }
+    return units;
+  }
   void mla(int l);
+  void mla_given(int l, int n);
+  void mla_sampled(int l, int t0);
   void dense_ffn(int l);
   void moe(int l);
   void head(float* logits, bool all_logits);
@@ -163,17 +183,20 @@ void Pass::kda(int l) {
 }
 
 // Multi-head latent attention. The paged cache holds per position one row: the normed latent and
-// the shared rope key part, in --kv's type. Each head's query is moved into latent space (W_kb),
-// attends over the cached rows (keys and values at once), and its latent context is moved out
-// (W_vb): the absorbed form, which computes what the decompressing form of the reference computes
-// (docs/hybrid.md). No RoPE: kimi-linear applies none.
+// the shared rope key part, in --kv's type. Tokens given to the model (a prompt) attend in the
+// decompressing form (mla_given): every cached row is multiplied out into each head's key and
+// values, which the tokens' own queries then attend over. Tokens the model sampled (decode) attend
+// in the absorbed form (mla_sampled): each head's query is moved into latent space (W_kb), attends
+// over the cached rows themselves (keys and values at once), and its latent context is moved out
+// (W_vb), which reads 576 values per key instead of decompressing every key for one token. The form
+// follows the token's kind, never the chunk's length, so a token's arithmetic does not depend on how
+// its prompt was chunked (docs/hybrid.md). No RoPE: kimi-linear applies none.
 void Pass::mla(int l) {
   const MlaWeights& A = m.layers()[l].mla;
-  const int H = c.n_head, L = c.kv_lora, R = c.rope, KQ = c.k_mla, NOPE = c.nope(), V = c.v_mla, W = L + R;
+  const int W = c.latent(), L = c.kv_lora;
   const int li = c.mixer_index[l];
-  float *q = ws.q.data(), *ckv = ws.ckv.data(), *gather = ws.gather.data(), *qk = ws.qk.data(), *ctx = ws.ctx.data();
-  float* mo = ws.mo.data();
-  matmul("mla_proj", l, {{&A.wq, q, (int64_t)H * KQ}, {&A.wkv_a, ckv, W}});
+  float* ckv = ws.ckv.data();
+  matmul("mla_proj", l, {{&A.wq, ws.q.data(), (int64_t)c.n_head * c.k_mla}, {&A.wkv_a, ckv, W}});
   {
     trace::Span sp("mla_latent", "op", l, T, 8.0 * T * W, 6.0 * T * L);
     fault::at_op("mla_latent");
@@ -184,43 +207,127 @@ void Pass::mla(int l) {
       kv_encode_row(type, row, 1, W, latent_row(li, n_past + t));
     }
   }
+  const int given = T - std::clamp(b.n_sampled, 0, T);
+  if (given > 0) mla_given(l, given);
+  if (given < T) mla_sampled(l, given);
+  project("mla_out", l, ws.mo.data(), T, c.n_head * c.v_mla, A.wo, ws.tmp.data(), c.n_embd);
+}
+
+// Tokens [0, n), in the decompressing form, with an online softmax over blocks of kMlaKeyBlock
+// cached keys at fixed positions. Per block the latent rows are read once; per head they become the
+// head's keys as columns (W_kb^h times the block's latent columns, the shared rope part under them)
+// and its values as rows (the latent rows times W_vb^h); then one product gives the scores of the
+// tokens that see the block, the softmax's running maximum and sum are updated, and one product adds
+// the weighted values. A token's arithmetic depends on its position and the cached rows only, never
+// on how its prompt was chunked: the blocks sit at absolute positions, every product's output is one
+// fma chain whatever rows come with it (rows_times_matrix), and masked keys weigh exactly 0.
+// Threads take whole heads.
+void Pass::mla_given(int l, int n) {
+  const MlaWeights& A = m.layers()[l].mla;
+  const int H = c.n_head, L = c.kv_lora, R = c.rope, KQ = c.k_mla, NOPE = c.nope(), V = c.v_mla, W = L + R;
+  const int li = c.mixer_index[l];
+  const int D = n_past + n, nt = pool.size(), B = kMlaKeyBlock;
+  const KvType type = kv.spec().k[li];
+  const int64_t blocks = (D + B - 1) / B;
+  const int64_t keys = (int64_t)n * n_past + (int64_t)n * (n + 1) / 2;
+  const int readers = std::min(nt, H);
+  trace::Span sp("mla_attention", "op", l, n,
+                 (double)kv_row_bytes(type, 1, W) * D * readers + 4.0 * H * L * (NOPE + V) + 8.0 * n * H * (KQ + V),
+                 (double)H * (2.0 * D * L * (NOPE + V) + keys * (2.0 * (KQ + V) + 5.0)));
+  fault::at_op("mla_attention");
+  for (int t = 0; t < n; ++t) ws.n_keys[t] = fault::attention_keys(n_past + t + 1);
+  // Per thread: the block's latent rows and columns, one head's keys and values, scores, output, factors.
+  const size_t per_thread = (size_t)2 * B * W + (size_t)KQ * B + (size_t)B * V + (size_t)n * B + (size_t)n * V + n;
+  if (ws.dscratch.size() < nt * per_thread) ws.dscratch.resize(nt * per_thread);
+  if (ws.dstat.size() < (size_t)2 * H * n) ws.dstat.resize((size_t)2 * H * n);
+  std::fill(ws.dstat.begin(), ws.dstat.begin() + (size_t)H * n, -INFINITY);  // running maxima
+  std::fill(ws.dstat.begin() + (size_t)H * n, ws.dstat.begin() + (size_t)2 * H * n, 0.0f);  // running sums
+  float* mo = ws.mo.data();
+  std::fill(mo, mo + (size_t)n * H * V, 0.0f);
+  const float scale = 1.0f / std::sqrt((float)KQ);
+  const float* q = ws.q.data();
+  const Isa isa = m.isa();
+  pool.run([&](int th, int nthreads) {
+    const int h0 = H * th / nthreads, h1 = H * (th + 1) / nthreads;
+    if (h0 == h1) return;
+    float* lat = &ws.dscratch[(size_t)th * per_thread];
+    float *latT = lat + (size_t)B * W, *kT = latT + (size_t)B * W, *vb = kT + (size_t)KQ * B, *s = vb + (size_t)B * V;
+    float *ob = s + (size_t)n * B, *al = ob + (size_t)n * V;
+    for (int64_t kb = 0; kb < blocks; ++kb) {
+      const int p0 = (int)(kb * B), np = std::min(B, D - p0);
+      const int t0 = std::max(0, p0 - n_past), nq = n - t0;  // tokens [t0, n) see the block
+      for (int i = 0; i < np; ++i) kv_decode_row(type, latent_row(li, p0 + i), 1, W, &lat[(size_t)i * W]);
+      for (int w = 0; w < W; ++w)
+        for (int i = 0; i < np; ++i) latT[(size_t)w * np + i] = lat[(size_t)i * W + w];
+      for (int h = h0; h < h1; ++h) {
+        rows_times_matrix(&A.dk[(size_t)h * NOPE * L], NOPE, L, L, latT, np, kT, np, isa);
+        std::memcpy(kT + (size_t)NOPE * np, latT + (size_t)L * np, sizeof(float) * R * np);
+        rows_times_matrix(lat, np, W, L, &A.dv[(size_t)h * L * V], V, vb, V, isa);
+        rows_times_matrix(&q[((size_t)t0 * H + h) * KQ], nq, (int64_t)H * KQ, KQ, kT, np, s, np, isa);
+        float *mx = &ws.dstat[(size_t)h * n], *sum = &ws.dstat[(size_t)(H + h) * n];
+        for (int r = 0; r < nq; ++r) {
+          const int t = t0 + r, cnt = (int)std::clamp<int64_t>(ws.n_keys[t] - p0, 0, np);
+          if (cnt == 0) {
+            std::fill(s + (size_t)r * np, s + (size_t)(r + 1) * np, 0.0f);
+            al[r] = -1.0f;  // the block is past this token's keys: its output stays
+          } else {
+            al[r] = online_softmax_block(s + (size_t)r * np, cnt, np, scale, &mx[t], &sum[t]);
+          }
+        }
+        rows_times_matrix(s, nq, np, np, vb, V, ob, V, isa);
+        for (int r = 0; r < nq; ++r) {
+          if (al[r] < 0.0f) continue;
+          float* o = &mo[((size_t)(t0 + r) * H + h) * V];
+          for (int v = 0; v < V; ++v) o[v] = o[v] * al[r] + ob[(size_t)r * V + v];
+        }
+      }
+    }
+    for (int h = h0; h < h1; ++h)
+      for (int t = 0; t < n; ++t) {
+        const float inv = 1.0f / ws.dstat[(size_t)(H + h) * n + t];
+        float* o = &mo[((size_t)t * H + h) * V];
+        for (int v = 0; v < V; ++v) o[v] *= inv;
+      }
+  }, "mla_attention");
+}
+
+// Tokens [t0, T) in the absorbed form, into mo.
+void Pass::mla_sampled(int l, int t0) {
+  const MlaWeights& A = m.layers()[l].mla;
+  const int H = c.n_head, L = c.kv_lora, R = c.rope, KQ = c.k_mla, NOPE = c.nope(), V = c.v_mla, W = L + R;
+  const int li = c.mixer_index[l];
+  const int n = T - t0, past = n_past + t0;
+  const float* q = ws.q.data() + (size_t)t0 * H * KQ;
+  float *gather = ws.gather.data(), *qk = ws.qk.data(), *ctx = ws.ctx.data();
+  float* mo = ws.mo.data() + (size_t)t0 * H * V;
   // qk[t][h] = [W_kb^h q_nope[t][h], q_rope[t][h]]: the query against the cached rows.
   for (int h = 0; h < H; ++h) {
-    for (int t = 0; t < T; ++t) {
+    for (int t = 0; t < n; ++t) {
       const float* qh = &q[((size_t)t * H + h) * KQ];
       std::memcpy(&gather[(size_t)t * NOPE], qh, sizeof(float) * NOPE);
       std::memcpy(&qk[((size_t)t * H + h) * W + L], qh + NOPE, sizeof(float) * R);
     }
-    project("mla_absorb_k", l, gather, T, NOPE, A.k_b[h], qk + (size_t)h * W, (int64_t)H * W);
+    project("mla_absorb_k", l, gather, n, NOPE, A.k_b[h], qk + (size_t)h * W, (int64_t)H * W);
   }
   {
-    const int64_t keys = (int64_t)T * n_past + (int64_t)T * (T + 1) / 2;
-    trace::Span sp("mla_attention", "op", l, T, (double)kv_row_bytes(kv.spec().k[li], 1, W) * keys + 8.0 * T * H * W,
+    const int64_t keys = (int64_t)n * past + (int64_t)n * (n + 1) / 2;
+    trace::Span sp("mla_attention", "op", l, n, (double)kv_row_bytes(kv.spec().k[li], 1, W) * keys + 8.0 * n * H * W,
                    (double)H * keys * attend_one_flops(1, W));
     fault::at_op("mla_attention");
-    const int max_keys = n_past + T;
+    const int max_keys = past + n;
     // Work items: (tile of tt tokens, group of gs heads). All heads of a token in one group read
-    // each cached row once; a prompt's tokens go in tiles that read each row once for the tile
-    // (attend_paged_tokens); decode splits a token's heads into as many groups as keep every thread
+    // each cached row once; several tokens go in tiles that read each row once for the tile
+    // (attend_paged_tokens); one token splits its heads into as many groups as keep every thread
     // busy. A head's bits depend on neither its group nor its tile.
     const int nt = pool.size();
     int ng = 1;
-    while (ng < H && !((int64_t)T * ng >= 8 * nt || ((int64_t)T * ng) % nt == 0)) {
+    while (ng < H && !((int64_t)n * ng >= 8 * nt || ((int64_t)n * ng) % nt == 0)) {
       ++ng;
       while (H % ng != 0) ++ng;
     }
     const int gs = H / ng;
-    const int tt = ng == 1 ? std::clamp(T / (4 * nt), 1, kMlaTokenTile) : 1;
-    const int units = (T + tt - 1) / tt;
-    ws.cum_keys[0] = 0;
-    for (int u = 0; u < units; ++u) {
-      int64_t k = 0;
-      for (int t = u * tt; t < std::min(T, u * tt + tt); ++t) {
-        ws.n_keys[t] = fault::attention_keys(n_past + t + 1);
-        k += n_past + t + 1;
-      }
-      ws.cum_keys[u + 1] = ws.cum_keys[u] + k;
-    }
+    const int tt = ng == 1 ? std::clamp(n / (4 * nt), 1, kMlaTokenTile) : 1;
+    const int units = token_tiles(past, n, tt);
     const size_t per_thread = (size_t)tt * gs * max_keys;
     if (ws.scores.size() < nt * per_thread) ws.scores.resize(nt * per_thread);
     const float scale = 1.0f / std::sqrt((float)KQ);
@@ -231,18 +338,17 @@ void Pass::mla(int l) {
       float* scores = &ws.scores[(size_t)th * per_thread];
       // The value rows are the cached rows themselves: the first L values are the latent context.
       for (int64_t i = b; i < e; ++i) {
-        const int t = (int)(i / ng) * tt, n = std::min(tt, T - t);
+        const int t = (int)(i / ng) * tt, cnt = std::min(tt, n - t);
         const size_t h0 = (size_t)t * H + (size_t)(i % ng) * gs;
-        attend_paged_tokens(&qk[h0 * W], n, gs, W, pages, &ws.n_keys[t], W, L, scale, scores, &ctx[h0 * W], W,
+        attend_paged_tokens(&qk[h0 * W], cnt, gs, W, pages, &ws.n_keys[t], W, L, scale, scores, &ctx[h0 * W], W,
                             m.isa());
       }
     }, "mla_attention");
   }
   for (int h = 0; h < H; ++h) {
-    for (int t = 0; t < T; ++t) std::memcpy(&gather[(size_t)t * L], &ctx[((size_t)t * H + h) * W], sizeof(float) * L);
-    project("mla_absorb_v", l, gather, T, L, A.v_b[h], mo + (size_t)h * V, (int64_t)H * V);
+    for (int t = 0; t < n; ++t) std::memcpy(&gather[(size_t)t * L], &ctx[((size_t)t * H + h) * W], sizeof(float) * L);
+    project("mla_absorb_v", l, gather, n, L, A.v_b[h], mo + (size_t)h * V, (int64_t)H * V);
   }
-  project("mla_out", l, mo, T, H * V, A.wo, ws.tmp.data(), c.n_embd);
 }
 
 void Pass::dense_ffn(int l) {

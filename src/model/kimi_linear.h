@@ -66,6 +66,9 @@ struct KdaWeights {
 struct MlaWeights {
   PackedMatrix wq, wkv_a, wo;
   std::vector<PackedMatrix> k_b, v_b;  // per head: nope -> kv_lora, kv_lora -> v_mla
+  // The same in f32 for the decompressing form, per head: [nope][kv_lora] and [kv_lora][v_mla]
+  // (with a block of cached latent rows they give the head's keys and values; kimi_linear_load.cpp).
+  std::vector<float> dk, dv;
   const float* kv_norm = nullptr;      // [kv_lora]
 };
 
@@ -98,6 +101,7 @@ class KimiWorkspace : public Workspace {
   std::vector<float> x, xn, tmp;
   std::vector<float> proj[3], conv[3], fa, ga, gate, og, beta, o;  // KDA
   std::vector<float> q, ckv, gather, qk, ctx, mo, scores;          // MLA
+  std::vector<float> dscratch, dstat;  // MLA's decompressing form: per-thread blocks; row maxima and sums
   std::vector<float> router, g, u, h;  // FFN / MoE: router logits; dense or shared expert
   MoeScratch moe;                      // the routed experts' routing and scratch
   std::vector<int64_t> cum_keys, n_keys;

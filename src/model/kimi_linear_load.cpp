@@ -80,6 +80,36 @@ struct Loader {
   }
 };
 
+// The decompressing form's matrices (kimi_linear.cpp, Pass::mla_given), f32 from the packed heads:
+// dk[h] = W_kb^h as [nope][kv_lora] (stored as nope -> kv_lora, so transposed), which times a block
+// of latent columns gives the head's keys as columns; dv[h] = W_vb^h transposed to [kv_lora][v_mla],
+// which a block of latent rows times gives the head's values as rows.
+void decompression_matrices(const KimiConfig& c, MlaWeights& A) {
+  const int L = c.kv_lora, N = c.nope(), V = c.v_mla;
+  A.dk.assign((size_t)c.n_head * L * N, 0.0f);
+  A.dv.assign((size_t)c.n_head * L * V, 0.0f);
+  std::vector<float> row(std::max(N, L));
+  // Row r of W as floats: the packed values, or the file's row for a kind kept as it is (kRows).
+  auto unpack = [&](const PackedMatrix& W, int64_t r) {
+    if (W.kind == PackedKind::kRows)
+      type_traits(W.src_type)->dequant_row(W.src + r * W.src_row_bytes, row.data(), W.cols);
+    else
+      for (int64_t k = 0; k < W.cols; ++k) row[k] = W.value(r, k);
+  };
+  for (int h = 0; h < c.n_head; ++h) {
+    float* dk = &A.dk[(size_t)h * L * N];
+    float* dv = &A.dv[(size_t)h * L * V];
+    for (int l = 0; l < L; ++l) {
+      unpack(A.k_b[h], l);
+      for (int n = 0; n < N; ++n) dk[(size_t)n * L + l] = row[n];
+    }
+    for (int v = 0; v < V; ++v) {
+      unpack(A.v_b[h], v);
+      for (int l = 0; l < L; ++l) dv[(size_t)l * V + v] = row[l];
+    }
+  }
+}
+
 Status read_config(const Loader& ld, KimiConfig& c) {
   const GgufFile& f = ld.f;
   const std::string& path = f.path();
@@ -270,6 +300,7 @@ Expected<std::unique_ptr<Model>> KimiLinearModel::load(std::unique_ptr<GgufFile>
     }
     for (auto& s : steps)
       if (!s) return s.error();
+    if (c.is_mla[l]) decompression_matrices(c, L.mla);
   }
   m->info_ = ModelInfo{"kimi-linear", c.n_layer, c.n_embd, c.n_vocab, c.n_ctx_train};
   return std::unique_ptr<Model>(std::move(m));

@@ -56,6 +56,10 @@ struct SeqBatch {
   int state_slot = 0;
   bool want_logits = false;  // logits of the last new token ...
   bool all_logits = false;   // ... or of every new token
+  // How many of the n new tokens, at the end, the model sampled (decode steps); the others were
+  // given (a prompt). An architecture may compute the two kinds differently (kimi-linear's MLA), so
+  // a token's arithmetic follows its kind and never the chunking of the batch.
+  int n_sampled = 0;
 };
 
 // Scratch of a forward pass over up to max_tokens tokens (of any number of sequences); each

@@ -114,7 +114,7 @@ Expected<GenerateResult> generate(Engine& e, SequenceState& st, const std::vecto
     if (i + 1 == max_tokens) break;
     trace::Span phase("decode", "phase", -1, 1);
     phase.pos(st.n_past());
-    if (Status s = st.forward(&id, 1, logits.data(), false, e.pool(), e.kernels()); !s) return s.error();
+    if (Status s = st.decode(id, logits.data(), e.pool(), e.kernels()); !s) return s.error();
     trace::counter("kv_cache", st.n_past());
   }
   trace::flow('f', "request", rid);

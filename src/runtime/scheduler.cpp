@@ -303,6 +303,7 @@ void Scheduler::step() {
     b.blocks = s.table.data();
     b.state_slot = s.slot;
     b.want_logits = s.n_computed + b.n == (int)s.tokens.size();
+    b.n_sampled = std::clamp(s.n_computed + b.n - s.n_prompt, 0, b.n);  // tokens past the prompt
   }
   Status st = Ok{};
   trace::counter("requests_running", (double)running_.size());

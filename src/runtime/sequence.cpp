@@ -42,6 +42,11 @@ bool SequenceState::rewind(const Mark& m) {
 
 Status SequenceState::forward(const int* tokens, int n, float* logits, bool all_logits, ThreadPool& pool,
                               const MatmulKernels& k) {
+  return run(tokens, n, logits, all_logits, false, pool, k);
+}
+
+Status SequenceState::run(const int* tokens, int n, float* logits, bool all_logits, bool sampled, ThreadPool& pool,
+                          const MatmulKernels& k) {
   if (n <= 0) return usage_error("no tokens to process");
   if (n_past_ + n > n_ctx_)
     return runtime_error("context overflow: " + std::to_string(n_past_) + " cached + " + std::to_string(n) +
@@ -63,6 +68,7 @@ Status SequenceState::forward(const int* tokens, int n, float* logits, bool all_
     b.state_slot = 0;
     b.all_logits = all_logits;
     b.want_logits = all_logits || (last && logits);
+    b.n_sampled = sampled ? T : 0;
     if (Status s = m_.forward(mem, *ws_, &b, 1, all_logits ? logits + (size_t)done * nv : logits, pool, k); !s) return s;
     n_past_ += T;
   }

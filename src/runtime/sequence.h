@@ -37,7 +37,12 @@ class SequenceState {
   // Runs tokens[0..n) at positions n_past.. and appends them to the memory. Writes logits of the
   // last token to `logits` [n_vocab], or of every token ([n][n_vocab]) when all_logits.
   // Processes in chunks of max_batch. Returns an error if the context would overflow.
+  // The tokens are given (a prompt; SeqBatch::n_sampled).
   Status forward(const int* tokens, int n, float* logits, bool all_logits, ThreadPool& pool, const MatmulKernels& k);
+  // One decode step: the token the model sampled last, its logits to `logits` [n_vocab].
+  Status decode(int token, float* logits, ThreadPool& pool, const MatmulKernels& k) {
+    return run(&token, 1, logits, false, true, pool, k);
+  }
 
   // Collects each layer's output of the coming forward calls into *out (Workspace::layer_out),
   // [call][n_layer][tokens of the call][n_embd]; nullptr stops.
@@ -48,6 +53,8 @@ class SequenceState {
   size_t state_bytes() const { return state_.bytes_per_slot(); }
 
  private:
+  Status run(const int* tokens, int n, float* logits, bool all_logits, bool sampled, ThreadPool& pool,
+             const MatmulKernels& k);
   const Model& m_;
   int n_ctx_, max_batch_;
   int n_past_ = 0;

@@ -80,6 +80,8 @@ TEST_F(HybridState, Prefill700Then300EqualsOne1000) {
   EXPECT_EQ(two.n_past(), 1000);
 }
 
+// Decode steps run MLA in the absorbed form, prompts in the decompressing one (kimi_linear.cpp):
+// the same math, rounded differently.
 TEST_F(HybridState, DecodeAfterPrefillEqualsOnePrefill) {
   const size_t nv = model->info().n_vocab;
   SequenceState one(*model, 512, 512);
@@ -87,9 +89,64 @@ TEST_F(HybridState, DecodeAfterPrefillEqualsOnePrefill) {
   SequenceState dec(*model, 512, 512);
   run(dec, 0, 30);
   for (int t = 30; t < 40; ++t) {
-    const std::vector<float> row = run(dec, t, 1);
+    std::vector<float> row(nv);
+    ASSERT_TRUE(dec.decode(ids[t], row.data(), pool, matmul_kernels(Isa::kScalar)));
     EXPECT_LT(nmse(row.data(), whole.data() + t * nv, nv), 1e-10) << "decode step at " << t;
   }
+}
+
+// A prompt token's arithmetic does not depend on the chunking (the server prefills by 256,
+// `ouro generate` by 512, and their greedy texts must agree): the same bits in any split. On the
+// AVX-512 kernels too, where MLA's decompression and attention run in 512-bit registers.
+TEST_F(HybridState, PromptTokensAreTheSameBitsInAnyChunking) {
+  std::vector<Isa> isas = {Isa::kScalar, Isa::kAvx2};
+  if (isa_supported(Isa::kAvx512)) isas.push_back(Isa::kAvx512);
+  for (Isa isa : isas) {
+    auto m = Model::load(kPath, {}, isa, pool);
+    ASSERT_TRUE(m) << m.error().message;
+    const size_t nv = (*m)->info().n_vocab;
+    auto logits = [&](int max_batch, std::initializer_list<int> calls) {
+      SequenceState st(**m, 512, max_batch);
+      std::vector<float> out;
+      int at = 0;
+      for (int n : calls) {
+        std::vector<float> part((size_t)n * nv);
+        EXPECT_TRUE(st.forward(ids.data() + at, n, part.data(), true, pool, matmul_kernels(isa)));
+        out.insert(out.end(), part.begin(), part.end());
+        at += n;
+      }
+      return out;
+    };
+    const std::vector<float> whole = logits(512, {300});
+    EXPECT_EQ(logits(64, {300}), whole) << isa_name(isa);
+    EXPECT_EQ(logits(512, {1, 2, 3, 5, 150, 139}), whole) << isa_name(isa);
+    EXPECT_EQ(logits(256, {44, 256}), whole) << isa_name(isa);
+  }
+}
+
+// The scheduler recomputes a preempted request's prompt and sampled tokens in one batch: the
+// sampled ones keep their decode steps' arithmetic (SeqBatch::n_sampled), bit for bit.
+TEST_F(HybridState, SampledTokensInOneBatchAreTheirDecodeSteps) {
+  const int nv = model->info().n_vocab, n_prompt = 20, n = 24;
+  const MatmulKernels& k = matmul_kernels(Isa::kScalar);
+  SequenceState ref(*model, 64, 64);
+  const std::vector<float> prompt = run(ref, 0, n_prompt);
+  std::vector<float> steps((size_t)(n - n_prompt) * nv);
+  for (int t = n_prompt; t < n; ++t) ASSERT_TRUE(ref.decode(ids[t], &steps[(size_t)(t - n_prompt) * nv], pool, k));
+  PagedKvCache kv(model->kv_layout(), KvSpec{}, 1, 64);
+  RecurrentStateStore state(model->state_bytes_per_seq(), 1);
+  auto ws = model->new_workspace(64);
+  const int block0 = 0;
+  SeqBatch b;
+  b.tokens = ids.data();
+  b.n = n;
+  b.blocks = &block0;
+  b.all_logits = true;
+  b.n_sampled = n - n_prompt;
+  std::vector<float> all((size_t)n * nv);
+  ASSERT_TRUE(model->forward({kv, state}, *ws, &b, 1, all.data(), pool, k));
+  EXPECT_TRUE(std::equal(prompt.begin(), prompt.end(), all.begin()));
+  EXPECT_TRUE(std::equal(steps.begin(), steps.end(), all.begin() + (size_t)n_prompt * nv));
 }
 
 TEST_F(HybridState, TruncateResetsTheRecurrentState) {

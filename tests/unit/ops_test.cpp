@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "kernels/ops.h"
@@ -68,5 +69,53 @@ TEST(Ops, AttendOneMatchesNaive) {
     double o = 0;
     for (int p = 0; p < n; ++p) o += s[p] / sum * v[p * stride + i];
     EXPECT_NEAR(out[i], o, 1e-5);
+  }
+}
+
+// rows_times_matrix: every output is one fused multiply-add chain in l's order, so the scalar,
+// AVX2 and AVX-512 paths give the same bits, a row's outputs do not depend on the rows computed
+// with it (MLA decompresses a key in whichever chunk comes; its values must not change), and the
+// sums are within float rounding of a float64 reference. Odd shapes: row tails of the 4-row tiles,
+// column tails of the 16- and 64-column ones, strides wider than the rows.
+TEST(Ops, RowsTimesMatrixIsOneFmaChainOnEveryIsa) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0, 1);
+  struct Shape { int64_t n, k, m; };
+  for (Shape s : {Shape{1, 1, 1}, Shape{3, 7, 5}, Shape{4, 512, 128}, Shape{9, 33, 80}, Shape{70, 64, 200}, Shape{5, 512, 64}}) {
+    SCOPED_TRACE(::testing::Message() << "n " << s.n << " k " << s.k << " m " << s.m);
+    const int64_t ldx = s.k + 3, ldy = s.m + 5;
+    std::vector<float> x(s.n * ldx), w(s.k * s.m);
+    for (auto& v : x) v = nd(rng);
+    for (auto& v : w) v = nd(rng);
+    std::vector<float> ref(s.n * ldy, NAN);
+    rows_times_matrix(x.data(), s.n, ldx, (int)s.k, w.data(), s.m, ref.data(), ldy, Isa::kScalar);
+    for (int64_t j = 0; j < s.n; ++j)
+      for (int64_t c = 0; c < s.m; ++c) {
+        double d = 0, mag = 0;
+        for (int64_t l = 0; l < s.k; ++l) {
+          d += (double)x[j * ldx + l] * w[l * s.m + c];
+          mag += std::fabs((double)x[j * ldx + l] * w[l * s.m + c]);
+        }
+        ASSERT_NEAR(ref[j * ldy + c], d, 1e-6 * mag + 1e-30) << j << " " << c;
+      }
+    std::vector<Isa> isas = {Isa::kAvx2};
+    if (isa_supported(Isa::kAvx512)) isas.push_back(Isa::kAvx512);
+    for (Isa isa : isas) {
+      std::vector<float> y(s.n * ldy, NAN);
+      rows_times_matrix(x.data(), s.n, ldx, (int)s.k, w.data(), s.m, y.data(), ldy, isa);
+      for (int64_t j = 0; j < s.n; ++j)
+        ASSERT_EQ(0, std::memcmp(&y[j * ldy], &ref[j * ldy], sizeof(float) * s.m)) << isa_name(isa) << " row " << j;
+      // Each row alone, and the rows from an odd offset on: the same bits.
+      for (int64_t j0 : {int64_t{0}, s.n / 2 + 1}) {
+        if (j0 >= s.n) continue;
+        std::vector<float> z((s.n - j0) * ldy, NAN);
+        if (j0 == 0)
+          for (int64_t j = 0; j < s.n; ++j) rows_times_matrix(&x[j * ldx], 1, ldx, (int)s.k, w.data(), s.m, &z[j * ldy], ldy, isa);
+        else
+          rows_times_matrix(&x[j0 * ldx], s.n - j0, ldx, (int)s.k, w.data(), s.m, z.data(), ldy, isa);
+        for (int64_t j = j0; j < s.n; ++j)
+          ASSERT_EQ(0, std::memcmp(&z[(j - j0) * ldy], &ref[j * ldy], sizeof(float) * s.m)) << isa_name(isa) << " row " << j;
+      }
+    }
   }
 }

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -20,6 +21,52 @@ TEST(Ops, SoftmaxMatchesDoubleReference) {
     for (int i = 0; i < n; ++i) sum += (ref[i] = std::exp((double)x[i] - mx));
     softmax_inplace(x.data(), n);
     for (int i = 0; i < n; ++i) EXPECT_NEAR(x[i], ref[i] / sum, 1e-6 * (ref[i] / sum) + 1e-9) << n << " " << i;
+  }
+}
+
+// online_softmax_block over a row cut into blocks (the last one partly masked) ends with the
+// float64 softmax: weight w_j of key j in block b is its block's p_j times the factors of the
+// blocks after it, over the final sum. Masked keys weigh exactly 0; a block's weights are the same
+// bits in a wider block with the same keys (the decompressing MLA form's chunking invariance).
+TEST(Ops, OnlineSoftmaxBlocksEqualOneSoftmax) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0, 6);
+  const float scale = 0.125f;
+  for (int n : {1, 7, 9, 128, 300}) {
+    for (int bw : {8, 64, 128}) {
+      SCOPED_TRACE(::testing::Message() << "keys " << n << " block " << bw);
+      std::vector<float> s(n);
+      for (auto& v : s) v = nd(rng);
+      double mx = -1e300, sum = 0;
+      for (float v : s) mx = std::max(mx, (double)v * scale);
+      std::vector<double> ref(n);
+      for (int j = 0; j < n; ++j) sum += (ref[j] = std::exp((double)s[j] * scale - mx));
+      float m = -INFINITY, l = 0.0f;
+      std::vector<double> w(n);
+      for (int b0 = 0; b0 < n; b0 += bw) {
+        const int cnt = std::min(bw, n - b0);
+        std::vector<float> blk(bw, 42.0f);  // past cnt: masked, must come back 0
+        std::copy(s.begin() + b0, s.begin() + b0 + cnt, blk.begin());
+        const float a = online_softmax_block(blk.data(), cnt, bw, scale, &m, &l);
+        if (b0 == 0) {
+          EXPECT_EQ(a, 0.0f);
+        }
+        for (int j = 0; j < b0; ++j) w[j] *= a;
+        for (int j = 0; j < cnt; ++j) w[b0 + j] = blk[j];
+        for (int j = cnt; j < bw; ++j) ASSERT_EQ(blk[j], 0.0f) << j;
+        // The same keys in a block twice as wide, the rest masked: the same bits.
+        std::vector<float> wide(2 * bw, -7.0f);
+        std::copy(s.begin() + b0, s.begin() + b0 + cnt, wide.begin());
+        float m2 = -INFINITY, l2 = 0.0f;
+        if (b0 == 0) {
+          online_softmax_block(wide.data(), cnt, 2 * bw, scale, &m2, &l2);
+          for (int j = 0; j < cnt; ++j) ASSERT_EQ(wide[j], blk[j]) << j;
+          EXPECT_EQ(l2, l);
+        }
+      }
+      EXPECT_NEAR(m, mx, 1e-6 * std::fabs(mx) + 1e-7);
+      for (int j = 0; j < n; ++j) EXPECT_NEAR(w[j] / l, ref[j] / sum, 2e-6 * (ref[j] / sum) + 1e-9) << j;
+    }
   }
 }
 

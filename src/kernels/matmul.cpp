@@ -28,8 +28,8 @@ AlignedPtr aligned_alloc_zero(size_t bytes) {
 
 size_t PackedMatrix::bytes() const {
   if (kind == PackedKind::kRows) return rows * src_row_bytes;
-  if (kind == PackedKind::kW8) return quads * quad_bytes + rows * 8;
-  return quads * quad_bytes;
+  if (kind == PackedKind::kW8) return groups * group_bytes + rows * 8;
+  return groups * group_bytes;
 }
 
 namespace {
@@ -52,17 +52,23 @@ inline void store_scale(const PackedMatrix& m, uint8_t* p, float v) {
   std::memcpy(p, &h, 2);
 }
 
-// Where row r's scale of block b sits: step b/2, slot 2*(r%4) + b%2.
+// Where row r's scale of block b sits: step b/2, slot 2*(r%4) + b%2 (kQ4), 16*(b%2) + r%16 (kQ8).
 inline const uint8_t* scale_ptr(const PackedMatrix& m, int64_t r, int64_t b, bool is_c) {
-  return m.step(r / 4, b / 2) + scale_offset(m, is_c) + (2 * (r % 4) + b % 2) * (m.f32_scales ? 4 : 2);
+  const int64_t slot = m.kind == PackedKind::kQ8 ? 16 * (b % 2) + r % 16 : 2 * (r % 4) + b % 2;
+  return m.step(r / m.group_rows, b / 2) + scale_offset(m, is_c) + slot * (m.f32_scales ? 4 : 2);
+}
+
+// Where kQ8's value k of row r sits in its step: block half, vector k/4, lane r, byte k%4.
+inline size_t q8_offset(int64_t r, int64_t k) {
+  return (k % 64) / 32 * 512 + (k % 32) / 4 * 64 + (r % 16) * 4 + k % 4;
 }
 
 }  // namespace
 
 int PackedMatrix::raw(int64_t r, int64_t k) const {
   const int64_t b = k / 32, i = k % 32;
-  const uint8_t* vals = step(r / 4, b / 2);
-  if (kind == PackedKind::kQ8) return (int)(int8_t)(vals[(r % 4) * 64 + (b % 2) * 32 + i] ^ 0x80);
+  const uint8_t* vals = step(r / group_rows, b / 2);
+  if (kind == PackedKind::kQ8) return (int)(int8_t)(vals[q8_offset(r, k)] ^ 0x80);
   if (kind == PackedKind::kW8) return (int)(int8_t)vals[(r % 4) * 64 + (b % 2) * 32 + i];
   const uint8_t byte = vals[(r % 4) * 32 + i];
   return (b % 2) ? (byte >> 4) : (byte & 0xf);
@@ -92,7 +98,7 @@ PackedMatrix shaped(GgmlType type, const uint8_t* data, int64_t cols, int64_t ro
   m.cols_pad = (cols + 63) / 64 * 64;
   m.nb = m.cols_pad / 32;
   m.nsteps = m.cols_pad / 64;
-  m.quads = (rows + 3) / 4;
+  m.groups = (rows + 3) / 4;
   m.src_type = type;
   m.src = data;
   m.src_row_bytes = row_bytes(type, cols);
@@ -108,22 +114,27 @@ PackedMatrix pack_matrix(GgmlType type, const uint8_t* data, int64_t cols, int64
   if (!q4 && !q8) return m;
   m.kind = q4 ? PackedKind::kQ4 : PackedKind::kQ8;
   m.f32_scales = type == GgmlType::kQ4_K;
-  m.step_bytes = m.value_bytes() + (q4 ? 2 : 1) * 8 * (m.f32_scales ? 4 : 2);
-  m.quad_bytes = m.nsteps * m.step_bytes;
-  m.q = aligned_alloc_zero(m.quads * m.quad_bytes);
+  if (q8) {
+    m.group_rows = 16;
+    m.groups = (rows + 15) / 16;
+  }
+  // Scales: kQ4 d[8] and c[8]; kQ8 d[16] for each of the step's two blocks (fp16: 64 bytes).
+  m.step_bytes = m.value_bytes() + (q4 ? 2 * 8 : 2 * 16) * (m.f32_scales ? 4 : 2);
+  m.group_bytes = m.nsteps * m.step_bytes;
+  m.q = aligned_alloc_zero(m.groups * m.group_bytes);
   if (q8)  // padding values are s = 0, i.e. u = 0x80
-    for (int64_t g = 0; g < m.quads; ++g)
-      for (int64_t j = 0; j < m.nsteps; ++j) std::memset(const_cast<uint8_t*>(m.step(g, j)), 0x80, 256);
+    for (int64_t g = 0; g < m.groups; ++g)
+      for (int64_t j = 0; j < m.nsteps; ++j) std::memset(const_cast<uint8_t*>(m.step(g, j)), 0x80, m.value_bytes());
 
   auto put = [&](int64_t r, int64_t b, const uint8_t* vals32, float d, float c) {
-    uint8_t* st = const_cast<uint8_t*>(m.step(r / 4, b / 2));
+    uint8_t* st = const_cast<uint8_t*>(m.step(r / m.group_rows, b / 2));
     if (q4) {
       uint8_t* p = st + (r % 4) * 32;
       for (int i = 0; i < 32; ++i)
         p[i] = (b % 2) ? (uint8_t)((p[i] & 0x0f) | (vals32[i] << 4)) : (uint8_t)((p[i] & 0xf0) | vals32[i]);
       store_scale(m, const_cast<uint8_t*>(scale_ptr(m, r, b, true)), c);
     } else {
-      std::memcpy(st + (r % 4) * 64 + (b % 2) * 32, vals32, 32);
+      for (int i = 0; i < 32; ++i) st[q8_offset(r, 32 * (b % 2) + i)] = vals32[i];
     }
     store_scale(m, const_cast<uint8_t*>(scale_ptr(m, r, b, false)), d);
   };
@@ -170,10 +181,10 @@ PackedMatrix pack_matrix_w8a8(GgmlType type, const uint8_t* data, int64_t cols, 
   PackedMatrix m = shaped(type, data, cols, rows);
   m.kind = PackedKind::kW8;
   m.step_bytes = 256;
-  m.quad_bytes = m.nsteps * m.step_bytes;
-  m.q = aligned_alloc_zero(m.quads * m.quad_bytes);
-  m.rscale.assign(m.quads * 4, 0.0f);
-  m.rsum.assign(m.quads * 4, 0);
+  m.group_bytes = m.nsteps * m.step_bytes;
+  m.q = aligned_alloc_zero(m.groups * m.group_bytes);
+  m.rscale.assign(m.groups * 4, 0.0f);
+  m.rsum.assign(m.groups * 4, 0);
   const TypeTraits* tt = type_traits(type);
   std::vector<float> row(cols);
   for (int64_t r = 0; r < rows; ++r) {
@@ -204,13 +215,13 @@ void QuantActs::resize(int64_t t, int64_t c, bool pt) {
   cols_pad = (c + 63) / 64 * 64;
   nb = cols_pad / 32;
   if ((int64_t)qs.size() < T * cols_pad) qs.resize(T * cols_pad);
-  if ((int64_t)d.size() < T * nb) { d.resize(T * nb); s.resize(T * nb); }
+  if ((int64_t)d.size() < T * nb) { d.resize(T * nb); s.resize(T * nb); qsum.resize(T * nb); }
 }
 
 namespace {
 
 // One block of n <= 32 values (the rest of the 32 are zero): the reference loop.
-void quantize_block_scalar(const float* x, int64_t n, int8_t* q, float* d, float* s) {
+void quantize_block_scalar(const float* x, int64_t n, int8_t* q, float* d, float* s, int32_t* qsum) {
   float amax = 0;
   for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
   const float db = amax / 127.0f;
@@ -223,12 +234,13 @@ void quantize_block_scalar(const float* x, int64_t n, int8_t* q, float* d, float
   }
   *d = db;
   *s = db * (float)sum;
+  *qsum = sum;
 }
 
 // A full block of 32 with AVX2, bitwise the scalar loop's results for finite inputs: the max is
 // exact in any order, each value goes through the same x * id and rounding in the current mode
 // (as nearbyint) then truncation, and the integer sum is exact.
-inline void quantize_block32(const float* x, int8_t* q, float* d, float* s) {
+inline void quantize_block32(const float* x, int8_t* q, float* d, float* s, int32_t* qsum) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8), v2 = _mm256_loadu_ps(x + 16),
                v3 = _mm256_loadu_ps(x + 24);
@@ -254,7 +266,8 @@ inline void quantize_block32(const float* x, int8_t* q, float* d, float* s) {
   t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, _MM_SHUFFLE(1, 0, 3, 2)));
   t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, _MM_SHUFFLE(2, 3, 0, 1)));
   *d = db;
-  *s = db * (float)_mm_cvtsi128_si32(t4);
+  *qsum = _mm_cvtsi128_si32(t4);
+  *s = db * (float)*qsum;
 }
 
 }  // namespace
@@ -301,11 +314,12 @@ void quantize_acts(const float* X, int64_t t0, int64_t t1, QuantActs& qa) {
     int8_t* q = qa.qs.data() + t * qa.cols_pad;
     float* d = qa.d.data() + t * qa.nb;
     float* s = qa.s.data() + t * qa.nb;
+    int32_t* qsum = qa.qsum.data() + t * qa.nb;
     for (int64_t b = 0; b < qa.nb; ++b) {
       const int64_t k0 = b * 32;
       const int64_t n = std::max<int64_t>(0, std::min<int64_t>(32, qa.cols - k0));
-      if (n == 32) quantize_block32(x + k0, q + k0, d + b, s + b);
-      else quantize_block_scalar(x + k0, n, q + k0, d + b, s + b);
+      if (n == 32) quantize_block32(x + k0, q + k0, d + b, s + b, qsum + b);
+      else quantize_block_scalar(x + k0, n, q + k0, d + b, s + b, qsum + b);
     }
   }
 }

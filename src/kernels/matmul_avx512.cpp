@@ -1,8 +1,10 @@
-// AVX-512 VNNI kernels: one row quad x T tokens per pass, two 32-element blocks per 512-bit step,
-// vpdpbusd (u8 x s8 -> s32) dots, per-block scales applied in float. See matmul.h for layouts.
+// AVX-512 VNNI kernels, vpdpbusd (u8 x s8 -> s32) dots. Q4: one row quad x T tokens per pass, two
+// 32-element blocks per 512-bit step, per-block scales applied in float. Q8: 16 rows x T tokens,
+// whole-block integer dots. W8A8: one row quad x T tokens, whole rows in int32. See matmul.h.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/matmul.h"
 // GCC 12's false positive once the T < 4 variants of quad_w8 constant-fold their zero accumulators.
@@ -23,21 +25,17 @@ inline __m256 load8(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-template <bool kIsQ4>
+// Row r's 64 nibbles of a Q4 step as 64 bytes (block 2j's 32, then block 2j+1's).
 inline __m512i load_w(const uint8_t* st, int r) {
-  if constexpr (kIsQ4) {
-    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st + 32 * r));
-    const __m256i mask = _mm256_set1_epi8(0x0f);
-    const __m256i lo = _mm256_and_si256(raw, mask);
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-  } else {
-    return _mm512_loadu_si512(st + 64 * r);
-  }
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st + 32 * r));
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  const __m256i lo = _mm256_and_si256(raw, mask);
+  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-// One quad of rows against T tokens from t0; writes rows [lo, hi) of the quad.
-template <bool kIsQ4, bool kF32, int T>
+// Q4: one quad of rows against T tokens from t0; writes rows [lo, hi) of the quad.
+template <bool kF32, int T>
 void quad(const PackedMatrix& W, const QuantActs& A, int64_t g, int64_t t0, int lo, int hi, float* Y, int64_t ldy) {
   __m512 acc[4][T];
   __m256 cacc[T];
@@ -61,8 +59,7 @@ void quad(const PackedMatrix& W, const QuantActs& A, int64_t g, int64_t t0, int 
     _mm_prefetch(reinterpret_cast<const char*>(st + 4 * W.step_bytes), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(st + 4 * W.step_bytes + 64), _MM_HINT_T0);
     const __m512 d8 = _mm512_castps256_ps512(load8<kF32>(st + vb));
-    // The c-term: Q4's c[8], or for Q8 the offset correction -128 * d (scaled at the end).
-    const __m256 c8 = kIsQ4 ? load8<kF32>(st + vb + sb) : _mm512_castps512_ps256(d8);
+    const __m256 c8 = load8<kF32>(st + vb + sb);  // the c-term
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       const __m256 s2 = _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(sa[t] + 2 * j)));
@@ -72,7 +69,7 @@ void quad(const PackedMatrix& W, const QuantActs& A, int64_t g, int64_t t0, int 
     __m512 sw[4];
 #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) {
-      w[r] = load_w<kIsQ4>(st, r);
+      w[r] = load_w(st, r);
       sw[r] = _mm512_permutexvar_ps(_mm512_set_epi32(2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1,
                                                      2 * r + 1, 2 * r + 1, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r,
                                                      2 * r, 2 * r),
@@ -89,40 +86,99 @@ void quad(const PackedMatrix& W, const QuantActs& A, int64_t g, int64_t t0, int 
       }
     }
   }
-  const float cscale = kIsQ4 ? 1.0f : -128.0f;
   for (int t = 0; t < T; ++t) {
     alignas(32) float cc[8];
     _mm256_store_ps(cc, cacc[t]);
     for (int r = lo; r < hi; ++r)
-      Y[(t0 + t) * ldy + g * 4 + r] = _mm512_reduce_add_ps(acc[r][t]) + cscale * (cc[2 * r] + cc[2 * r + 1]);
+      Y[(t0 + t) * ldy + g * 4 + r] = _mm512_reduce_add_ps(acc[r][t]) + (cc[2 * r] + cc[2 * r + 1]);
   }
 }
 
-// Runs quad<T>(g, t0, lo, hi) over the row quads of [r0, r1) and all tokens, T = 4 tokens at a time.
-// Token chunks keep a chunk's activations in L1/L2 while the row quads stream through.
-template <typename Quad>
-void drive(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, Quad&& quad) {
+// pass<N>(g, t, lo, hi) for the N = n in 1..kMax.
+template <int kMax, typename Pass>
+void pass_of(int64_t n, Pass& pass, int64_t g, int64_t t, int lo, int hi) {
+  if constexpr (kMax > 0) {
+    if (n == kMax) pass.template operator()<kMax>(g, t, lo, hi);
+    else pass_of<kMax - 1>(n, pass, g, t, lo, hi);
+  }
+}
+
+// Runs pass<T>(g, t0, lo, hi) over the row groups of [r0, r1) (lo, hi: the group's rows to write)
+// and all tokens, kTile tokens at a time. Token chunks keep a chunk's activations in L1/L2 while
+// the row groups stream through.
+template <int kTile, typename Pass>
+void drive(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, Pass&& pass) {
   constexpr int64_t kTokChunk = 64;
+  const int64_t n = W.group_rows;
   for (int64_t tc = 0; tc < A.T; tc += kTokChunk) {
     const int64_t te = std::min(A.T, tc + kTokChunk);
-    for (int64_t g = r0 / 4; g * 4 < r1; ++g) {
-      const int lo = (int)std::max<int64_t>(0, r0 - g * 4);
-      const int hi = (int)std::min<int64_t>({4, r1 - g * 4, W.rows - g * 4});
+    for (int64_t g = r0 / n; g * n < r1; ++g) {
+      const int lo = (int)std::max<int64_t>(0, r0 - g * n);
+      const int hi = (int)std::min<int64_t>({n, r1 - g * n, W.rows - g * n});
       int64_t t = tc;
-      for (; t + 4 <= te; t += 4) quad.template operator()<4>(g, t, lo, hi);
-      switch (te - t) {
-        case 3: quad.template operator()<3>(g, t, lo, hi); break;
-        case 2: quad.template operator()<2>(g, t, lo, hi); break;
-        case 1: quad.template operator()<1>(g, t, lo, hi); break;
-        default: break;
-      }
+      for (; t + kTile <= te; t += kTile) pass.template operator()<kTile>(g, t, lo, hi);
+      pass_of<kTile - 1>(te - t, pass, g, t, lo, hi);
     }
   }
 }
 
-template <bool kIsQ4, bool kF32>
+template <bool kF32>
 void gemm(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy) {
-  drive(W, A, r0, r1, [&]<int T>(int64_t g, int64_t t, int lo, int hi) { quad<kIsQ4, kF32, T>(W, A, g, t, lo, hi, Y, ldy); });
+  drive<4>(W, A, r0, r1, [&]<int T>(int64_t g, int64_t t, int lo, int hi) { quad<kF32, T>(W, A, g, t, lo, hi, Y, ldy); });
+}
+
+// Q8_0 in groups of 16 rows (matmul.h): T tokens against group g; writes rows [lo, hi) of the group.
+// Per block, 8 vpdpbusd with the token's 4 activation bytes broadcast give the 16 rows' whole-block
+// dots in int32 (started at -128 * sum(q) to take out the weights' +128 offset), then one float
+// step: acc += dot * (d_w * d_a), one rounding (the scalar reference's std::fma: the same bits).
+template <int T>
+void group16(const PackedMatrix& W, const QuantActs& A, int64_t g, int64_t t0, int lo, int hi, float* Y, int64_t ldy) {
+  __m512 acc[T];
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  const int8_t* arow[T];
+  const float* da[T];
+  const int32_t* qsum[T];
+  for (int t = 0; t < T; ++t) {
+    arow[t] = A.qs.data() + (t0 + t) * A.cols_pad;
+    da[t] = A.d.data() + (t0 + t) * A.nb;
+    qsum[t] = A.qsum.data() + (t0 + t) * A.nb;
+  }
+  const uint8_t* st = W.step(g, 0);
+  for (int64_t j = 0; j < W.nsteps; ++j, st += W.step_bytes) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const int64_t b = 2 * j + h;
+      const uint8_t* wv = st + 512 * h;
+      __m512i dot[T];
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) dot[t] = _mm512_set1_epi32(-128 * qsum[t][b]);
+#pragma GCC unroll 8
+      for (int v = 0; v < 8; ++v) {
+        _mm_prefetch(reinterpret_cast<const char*>(wv + 64 * v + 4 * W.step_bytes), _MM_HINT_T0);
+        const __m512i w = _mm512_load_si512(wv + 64 * v);
+        int32_t a4[T];
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) {
+          std::memcpy(&a4[t], arow[t] + 32 * b + 4 * v, 4);
+          dot[t] = _mm512_dpbusd_epi32(dot[t], w, _mm512_set1_epi32(a4[t]));
+        }
+      }
+      if (h == 1) _mm_prefetch(reinterpret_cast<const char*>(st + 1024 + 4 * W.step_bytes), _MM_HINT_T0);
+      const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(st + 1024 + 32 * h)));
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t)
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[t]), _mm512_mul_ps(dw, _mm512_set1_ps(da[t][b])), acc[t]);
+    }
+  }
+  const __mmask16 keep = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) _mm512_mask_storeu_ps(Y + (t0 + t) * ldy + g * 16, keep, acc[t]);
+}
+
+// 8 tokens at a time: a weight vector loaded once feeds 8 dots.
+void gemm_q8(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy) {
+  drive<8>(W, A, r0, r1, [&]<int T>(int64_t g, int64_t t, int lo, int hi) { group16<T>(W, A, g, t, lo, hi, Y, ldy); });
 }
 
 // Lane i of the result = the sum of all lanes of v[4 (i % 4) + i / 4]: a 4-level transpose-and-add
@@ -201,18 +257,18 @@ void quad_w8(const PackedMatrix& W, const QuantActs& A, int64_t g, int64_t t0, i
 }
 
 void gemm_w8(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy) {
-  drive(W, A, r0, r1, [&]<int T>(int64_t g, int64_t t, int lo, int hi) { quad_w8<T>(W, A, g, t, lo, hi, Y, ldy); });
+  drive<4>(W, A, r0, r1, [&]<int T>(int64_t g, int64_t t, int lo, int hi) { quad_w8<T>(W, A, g, t, lo, hi, Y, ldy); });
 }
 
 void gemm_q4(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy) {
-  if (W.f32_scales) gemm<true, true>(W, A, r0, r1, Y, ldy);
-  else gemm<true, false>(W, A, r0, r1, Y, ldy);
+  if (W.f32_scales) gemm<true>(W, A, r0, r1, Y, ldy);
+  else gemm<false>(W, A, r0, r1, Y, ldy);
 }
 
 }  // namespace
 
 const MatmulKernels& matmul_kernels_avx512() {
-  static const MatmulKernels k{gemm_q4, gemm<false, false>, gemm_w8};
+  static const MatmulKernels k{gemm_q4, gemm_q8, gemm_w8};
   return k;
 }
 

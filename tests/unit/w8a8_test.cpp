@@ -99,7 +99,7 @@ void check_packed(const PackedMatrix& W, const std::vector<double>& vals, int64_
     for (int64_t k = cols; k < W.cols_pad; ++k) ASSERT_EQ(W.raw(r, k), 0) << "pad col " << k << " row " << r;
   }
   // Padding rows of the last quad: zero values and scale.
-  for (int64_t r = rows; r < W.quads * 4; ++r) {
+  for (int64_t r = rows; r < W.groups * 4; ++r) {
     EXPECT_EQ(W.rscale[r], 0.0f);
     EXPECT_EQ(W.rsum[r], 0);
     for (int64_t k = 0; k < W.cols_pad; ++k) ASSERT_EQ(W.raw(r, k), 0) << "pad row " << r;
@@ -287,7 +287,7 @@ void check_gemm(const Shape& s, GgmlType src) {
 
   for (const Family& f : families()) {
     SCOPED_TRACE(::testing::Message() << f.name << " " << s.rows << "x" << s.cols << " T " << s.T);
-    // Whole matrix, then an uneven split into row ranges that start and end inside quads.
+    // Whole matrix, then an uneven split into row ranges that start and end inside row groups.
     const int64_t ldy = s.rows + 3;
     std::vector<float> Y(s.T * ldy, NAN), Z(s.T * ldy, NAN);
     gemm_rows(*f.k, W, qa, 0, s.rows, Y.data(), ldy);

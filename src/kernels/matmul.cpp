@@ -34,11 +34,6 @@ size_t PackedMatrix::bytes() const {
 
 namespace {
 
-// Offsets inside a step: values, then d[8], then c[8] (kQ4).
-inline size_t scale_offset(const PackedMatrix& m, bool is_c) {
-  return m.value_bytes() + (is_c ? 8 * (m.f32_scales ? 4 : 2) : 0);
-}
-
 inline float load_scale(const PackedMatrix& m, const uint8_t* p) {
   if (m.f32_scales) { float f; std::memcpy(&f, p, 4); return f; }
   uint16_t h;
@@ -52,15 +47,20 @@ inline void store_scale(const PackedMatrix& m, uint8_t* p, float v) {
   std::memcpy(p, &h, 2);
 }
 
-// Where row r's scale of block b sits: step b/2, slot 2*(r%4) + b%2 (kQ4), 16*(b%2) + r%16 (kQ8).
+// Where row r's scale of block b sits (kQ4, kQ8): after the step's values, d[16] of block 2j
+// then of block 2j+1 (kQ8), or d[16], c[16] of block 2j then of block 2j+1 (kQ4).
 inline const uint8_t* scale_ptr(const PackedMatrix& m, int64_t r, int64_t b, bool is_c) {
-  const int64_t slot = m.kind == PackedKind::kQ8 ? 16 * (b % 2) + r % 16 : 2 * (r % 4) + b % 2;
-  return m.step(r / m.group_rows, b / 2) + scale_offset(m, is_c) + slot * (m.f32_scales ? 4 : 2);
+  const int64_t slot = (m.kind == PackedKind::kQ4 ? 2 * (b % 2) + is_c : b % 2) * 16 + r % 16;
+  return m.step(r / m.group_rows, b / 2) + m.value_bytes() + slot * (m.f32_scales ? 4 : 2);
 }
 
-// Where kQ8's value k of row r sits in its step: block half, vector k/4, lane r, byte k%4.
-inline size_t q8_offset(int64_t r, int64_t k) {
-  return (k % 64) / 32 * 512 + (k % 32) / 4 * 64 + (r % 16) * 4 + k % 4;
+// Where value k of row r sits in its step. kQ8: block half, vector (k%32)/4, lane r, byte k%4.
+// kQ4: block half, vector (k%32)/8, lane r, byte k%4, the low nibble for (k%8) < 4 (*high = false).
+inline size_t value_offset(const PackedMatrix& m, int64_t r, int64_t k, bool* high) {
+  const int64_t i = k % 32;
+  if (m.kind == PackedKind::kQ8) return (k % 64) / 32 * 512 + i / 4 * 64 + (r % 16) * 4 + i % 4;
+  *high = i % 8 >= 4;
+  return (k % 64) / 32 * 256 + i / 8 * 64 + (r % 16) * 4 + i % 4;
 }
 
 }  // namespace
@@ -68,10 +68,11 @@ inline size_t q8_offset(int64_t r, int64_t k) {
 int PackedMatrix::raw(int64_t r, int64_t k) const {
   const int64_t b = k / 32, i = k % 32;
   const uint8_t* vals = step(r / group_rows, b / 2);
-  if (kind == PackedKind::kQ8) return (int)(int8_t)(vals[q8_offset(r, k)] ^ 0x80);
   if (kind == PackedKind::kW8) return (int)(int8_t)vals[(r % 4) * 64 + (b % 2) * 32 + i];
-  const uint8_t byte = vals[(r % 4) * 32 + i];
-  return (b % 2) ? (byte >> 4) : (byte & 0xf);
+  bool high = false;
+  const uint8_t byte = vals[value_offset(*this, r, k, &high)];
+  if (kind == PackedKind::kQ8) return (int)(int8_t)(byte ^ 0x80);
+  return high ? (byte >> 4) : (byte & 0xf);
 }
 
 float PackedMatrix::d(int64_t r, int64_t b) const {
@@ -114,12 +115,10 @@ PackedMatrix pack_matrix(GgmlType type, const uint8_t* data, int64_t cols, int64
   if (!q4 && !q8) return m;
   m.kind = q4 ? PackedKind::kQ4 : PackedKind::kQ8;
   m.f32_scales = type == GgmlType::kQ4_K;
-  if (q8) {
-    m.group_rows = 16;
-    m.groups = (rows + 15) / 16;
-  }
-  // Scales: kQ4 d[8] and c[8]; kQ8 d[16] for each of the step's two blocks (fp16: 64 bytes).
-  m.step_bytes = m.value_bytes() + (q4 ? 2 * 8 : 2 * 16) * (m.f32_scales ? 4 : 2);
+  m.group_rows = 16;
+  m.groups = (rows + 15) / 16;
+  // Scales for each of the step's two blocks: kQ4 d[16] and c[16], kQ8 d[16].
+  m.step_bytes = m.value_bytes() + 2 * (q4 ? 32 : 16) * (m.f32_scales ? 4 : 2);
   m.group_bytes = m.nsteps * m.step_bytes;
   m.q = aligned_alloc_zero(m.groups * m.group_bytes);
   if (q8)  // padding values are s = 0, i.e. u = 0x80
@@ -128,14 +127,13 @@ PackedMatrix pack_matrix(GgmlType type, const uint8_t* data, int64_t cols, int64
 
   auto put = [&](int64_t r, int64_t b, const uint8_t* vals32, float d, float c) {
     uint8_t* st = const_cast<uint8_t*>(m.step(r / m.group_rows, b / 2));
-    if (q4) {
-      uint8_t* p = st + (r % 4) * 32;
-      for (int i = 0; i < 32; ++i)
-        p[i] = (b % 2) ? (uint8_t)((p[i] & 0x0f) | (vals32[i] << 4)) : (uint8_t)((p[i] & 0xf0) | vals32[i]);
-      store_scale(m, const_cast<uint8_t*>(scale_ptr(m, r, b, true)), c);
-    } else {
-      for (int i = 0; i < 32; ++i) st[q8_offset(r, 32 * (b % 2) + i)] = vals32[i];
+    for (int i = 0; i < 32; ++i) {
+      bool high = false;
+      uint8_t& p = st[value_offset(m, r, 32 * (b % 2) + i, &high)];
+      if (!q4) p = vals32[i];
+      else p = high ? (uint8_t)((p & 0x0f) | (vals32[i] << 4)) : (uint8_t)((p & 0xf0) | vals32[i]);
     }
+    if (q4) store_scale(m, const_cast<uint8_t*>(scale_ptr(m, r, b, true)), c);
     store_scale(m, const_cast<uint8_t*>(scale_ptr(m, r, b, false)), d);
   };
   uint8_t u[32];

@@ -8,17 +8,19 @@
 //   kRows (F32, F16, BF16, Q6_K, ...): rows dequantized to float on the fly (slow, exact).
 // Decode reads every weight once per token, so the layout is one linear stream: rows are grouped
 // (zero-padded) and each group is a sequence of steps of 64 columns (two 32-element blocks):
-//   kQ4 (groups of 4 rows) step: nibbles of rows 0..3 (32 bytes each: byte i holds block 2j's
-//             value i in its low nibble and block 2j+1's value i in its high nibble), then d[8],
-//             then c[8], where d[8] / c[8] = (row0 block 2j, row0 block 2j+1, row1 block 2j, ...)
+//   kQ4 (groups of 16 rows) step: for block 2j then 2j+1, 4 vectors of 64 bytes, vector v's lane i
+//             (bytes 4i..4i+3) holding row i's values 8v..8v+3 in the low nibbles and 8v+4..8v+7
+//             in the high ones; then d[16], c[16] of block 2j and d[16], c[16] of block 2j+1.
 //   kQ8 (groups of 16 rows) step: for block 2j then 2j+1, 8 vectors of 64 bytes, vector v's lane i
 //             (bytes 4i..4i+3) holding row i's values 4v..4v+3 of the block; then d[16] of block
 //             2j and d[16] of block 2j+1 (rows 0..15). A token's 4 activation bytes broadcast
 //             against vector v give 16 rows' partial dots, so 8 vpdpbusd give 16 whole-block dots.
-// Scales are fp16 when that is exact (Q4_0, Q4_1, Q8_0 store fp16) and f32 otherwise (Q4_K's d*scale products).
+// Scales are fp16 when that is exact (Q4_0, Q4_1, Q8_0 store fp16) and f32 otherwise (Q4_K's
+// d*scale products).
 //   kW8  (W8A8, any GGUF type, docs/quantization.md): value = rscale[r] * s, s int8 in -127..127,
 //        one scale per output row (symmetric, amax / 127), stored signed in groups of 4 rows,
-//        each row's 64 values of a step contiguous (256 bytes a step), no per-block scales; rsum[r] = sum of row r's s (the VNNI offset correction).
+//        each row's 64 values of a step contiguous (256 bytes a step), no per-block scales;
+//        rsum[r] = sum of row r's s (the VNNI offset correction).
 //        Its activations are quantized per token (one scale over the whole row), not per block.
 // Activations are quantized per token in blocks of 32 to int8 (d = amax/127), with
 // s[b] = d[b] * sum(q) kept for the c-term, as llama.cpp does for its Q8_1 activations, and the
@@ -49,7 +51,7 @@ struct PackedMatrix {
   int64_t cols_pad = 0;   // cols rounded up to 64
   int64_t nb = 0;         // blocks of 32 per row (of cols_pad)
   int64_t nsteps = 0;     // steps of 64 columns
-  int64_t group_rows = 4; // rows per group: 16 for kQ8, 4 otherwise
+  int64_t group_rows = 4; // rows per group: 16 for kQ4 and kQ8, 4 for kW8
   int64_t groups = 0;     // groups of group_rows rows
   size_t step_bytes = 0, group_bytes = 0;
   AlignedPtr q;
@@ -61,7 +63,7 @@ struct PackedMatrix {
   size_t src_row_bytes = 0;
 
   const uint8_t* step(int64_t group, int64_t j) const { return q.get() + group * group_bytes + j * step_bytes; }
-  size_t value_bytes() const { return kind == PackedKind::kQ4 ? 128 : kind == PackedKind::kQ8 ? 1024 : 256; }  // per step
+  size_t value_bytes() const { return kind == PackedKind::kQ4 ? 512 : kind == PackedKind::kQ8 ? 1024 : 256; }  // per step
   // Accessors (slow; for references, tests and the embedding lookup).
   int raw(int64_t r, int64_t k) const;   // u in 0..15 (kQ4) or s in -128..127 (kQ8, kW8)
   float d(int64_t r, int64_t b) const;   // kW8: the row's scale

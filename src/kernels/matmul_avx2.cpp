@@ -1,6 +1,6 @@
-// AVX2 kernels (the baseline ISA), maddubs/madd integer dots. Q4 and W8A8: one row quad against
-// one or two tokens per pass, two blocks per step. Q8: 16 rows (two halves of 8) against up to two
-// tokens, whole-block integer dots. See matmul.h for the layouts.
+// AVX2 kernels (the baseline ISA), maddubs/madd integer dots. Q4 and Q8: 16 rows (two halves of 8)
+// against up to two tokens per pass, whole-block integer dots. W8A8: one row quad against up to
+// two tokens, two blocks per step. See matmul.h for the layouts.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -12,7 +12,6 @@
 namespace ouro {
 namespace {
 
-
 inline __m256i dot_u8s8(__m256i u, __m256i s) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
@@ -23,44 +22,10 @@ inline __m256 load8(const uint8_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// Q4: one quad of rows against T tokens starting at t0; writes rows [lo, hi) of the quad.
-template <bool kF32, int T>
-void quad(const PackedMatrix& W, const QuantActs& A, int64_t g, int64_t t0, int lo, int hi, float* Y, int64_t ldy) {
-  __m256 acc[4][T], cacc[T];
-  for (int r = 0; r < 4; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
-  for (int t = 0; t < T; ++t) cacc[t] = _mm256_setzero_ps();
-  const size_t sb = kF32 ? 32 : 16;
-  for (int64_t j = 0; j < W.nsteps; ++j) {
-    const uint8_t* st = W.step(g, j);
-    alignas(32) float d8[8];
-    _mm256_store_ps(d8, load8<kF32>(st + W.value_bytes()));
-    const __m256 c8 = load8<kF32>(st + W.value_bytes() + sb);
-    for (int t = 0; t < T; ++t) {
-      const __m256 s2 = _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(A.s.data() + (t0 + t) * A.nb + 2 * j)));
-      cacc[t] = _mm256_fmadd_ps(c8, s2, cacc[t]);
-    }
-    for (int r = 0; r < 4; ++r) {
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st + 32 * r));
-      const __m256i w0 = _mm256_and_si256(raw, _mm256_set1_epi8(0x0f));
-      const __m256i w1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0x0f));
-      for (int t = 0; t < T; ++t) {
-        const int8_t* a = A.qs.data() + (t0 + t) * A.cols_pad + 64 * j;
-        const float* da = A.d.data() + (t0 + t) * A.nb + 2 * j;
-        const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a));
-        const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 32));
-        const __m256i p0 = dot_u8s8(w0, a0), p1 = dot_u8s8(w1, a1);
-        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(d8[2 * r] * da[0]), acc[r][t]);
-        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(d8[2 * r + 1] * da[1]), acc[r][t]);
-      }
-    }
-  }
-  for (int t = 0; t < T; ++t) {
-    alignas(32) float cc[8];
-    _mm256_store_ps(cc, cacc[t]);
-    for (int r = lo; r < hi; ++r)
-      Y[(t0 + t) * ldy + g * 4 + r] = hsum256(acc[r][t]) + (cc[2 * r] + cc[2 * r + 1]);
-  }
+inline __m256i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
 }
 
 // Runs pass<T>(g, t0, lo, hi) over the row groups of [r0, r1) (lo, hi: the group's rows to
@@ -77,56 +42,72 @@ void drive(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, Pa
   }
 }
 
-template <bool kF32>
-void gemm(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy) {
-  drive(W, A, r0, r1, [&]<int T>(int64_t g, int64_t t, int lo, int hi) { quad<kF32, T>(W, A, g, t, lo, hi, Y, ldy); });
-}
-
-// Q8_0 in groups of 16 rows (matmul.h): T tokens against group g; writes rows [lo, hi) of it.
-// Per block and half, 8 maddubs/madd dots of the signed weights (abs/sign keeps maddubs from
-// saturating) with the token's 4 activation bytes broadcast give 8 rows' whole-block dots in
-// int32, then acc += dot * (d_w * d_a) in one FMA: the same bits as the AVX-512 and scalar kernels.
-template <int T>
+// Q4 and Q8_0 in groups of 16 rows (matmul.h): T tokens against group g; writes rows [lo, hi) of
+// the group. Per block and half (8 rows), maddubs/madd dots with the token's 4 activation bytes
+// broadcast give 8 rows' whole-block dots in int32 (Q8: 8 vectors of signed weights, abs/sign
+// keeping maddubs from saturating; Q4: 4 vectors of nibbles, low then high), then the float step
+// in one FMA each as the scalar reference (the same bits): acc += dot * (d_w * d_a), and for Q4
+// acc += c_w * s_a.
+template <bool kQ4, bool kF32, int T>
 void group16(const PackedMatrix& W, const QuantActs& A, int64_t g, int64_t t0, int lo, int hi, float* Y, int64_t ldy) {
+  constexpr size_t kSz = kF32 ? 4 : 2;
   __m256 acc[2][T];
 #pragma GCC unroll 8
   for (int q = 0; q < 2; ++q)
 #pragma GCC unroll 8
     for (int t = 0; t < T; ++t) acc[q][t] = _mm256_setzero_ps();
-  const __m256i flip = _mm256_set1_epi8((char)0x80);
+  const __m256i flip = _mm256_set1_epi8((char)0x80), nib = _mm256_set1_epi8(0x0f);
   const int8_t* arow[T];
   const float* da[T];
+  const float* sa[T];
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) {
     arow[t] = A.qs.data() + (t0 + t) * A.cols_pad;
     da[t] = A.d.data() + (t0 + t) * A.nb;
+    sa[t] = A.s.data() + (t0 + t) * A.nb;
   }
+  const size_t vb = W.value_bytes();
   const uint8_t* st = W.step(g, 0);
   for (int64_t j = 0; j < W.nsteps; ++j, st += W.step_bytes) {
 #pragma GCC unroll 8
     for (int h = 0; h < 2; ++h) {
       const int64_t b = 2 * j + h;
+      const uint8_t* wv = st + vb / 2 * h;
 #pragma GCC unroll 8
       for (int q = 0; q < 2; ++q) {
         __m256i dot[T];
 #pragma GCC unroll 8
         for (int t = 0; t < T; ++t) dot[t] = _mm256_setzero_si256();
+        if constexpr (kQ4) {
 #pragma GCC unroll 8
-        for (int v = 0; v < 8; ++v) {
-          const __m256i ws = _mm256_xor_si256(
-              _mm256_load_si256(reinterpret_cast<const __m256i*>(st + 512 * h + 64 * v + 32 * q)), flip);
-          const __m256i wa = _mm256_sign_epi8(ws, ws);
+          for (int v = 0; v < 4; ++v) {
+            const __m256i x = _mm256_load_si256(reinterpret_cast<const __m256i*>(wv + 64 * v + 32 * q));
+            const __m256i wl = _mm256_and_si256(x, nib), wh = _mm256_and_si256(_mm256_srli_epi16(x, 4), nib);
 #pragma GCC unroll 8
-          for (int t = 0; t < T; ++t) {
-            int32_t a4;
-            std::memcpy(&a4, arow[t] + 32 * b + 4 * v, 4);
-            dot[t] = _mm256_add_epi32(dot[t], dot_u8s8(wa, _mm256_sign_epi8(_mm256_set1_epi32(a4), ws)));
+            for (int t = 0; t < T; ++t)
+              dot[t] = _mm256_add_epi32(dot[t], _mm256_add_epi32(dot_u8s8(wl, bcast4(arow[t] + 32 * b + 8 * v)),
+                                                                 dot_u8s8(wh, bcast4(arow[t] + 32 * b + 8 * v + 4))));
+          }
+        } else {
+#pragma GCC unroll 8
+          for (int v = 0; v < 8; ++v) {
+            const __m256i ws = _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(wv + 64 * v + 32 * q)), flip);
+            const __m256i wa = _mm256_sign_epi8(ws, ws);
+#pragma GCC unroll 8
+            for (int t = 0; t < T; ++t)
+              dot[t] = _mm256_add_epi32(dot[t], dot_u8s8(wa, _mm256_sign_epi8(bcast4(arow[t] + 32 * b + 4 * v), ws)));
           }
         }
-        const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(st + 1024 + 32 * h + 16 * q)));
+        const uint8_t* sc = st + vb + ((kQ4 ? 2 * h : h) * 16 + 8 * q) * kSz;  // d of block b, rows 8q..8q+7
+        const __m256 dw = load8<kF32>(sc);
 #pragma GCC unroll 8
         for (int t = 0; t < T; ++t)
           acc[q][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[t]), _mm256_mul_ps(dw, _mm256_set1_ps(da[t][b])), acc[q][t]);
+        if constexpr (kQ4) {
+          const __m256 cw = load8<kF32>(sc + 16 * kSz);
+#pragma GCC unroll 8
+          for (int t = 0; t < T; ++t) acc[q][t] = _mm256_fmadd_ps(cw, _mm256_set1_ps(sa[t][b]), acc[q][t]);
+        }
       }
     }
   }
@@ -145,8 +126,9 @@ void group16(const PackedMatrix& W, const QuantActs& A, int64_t g, int64_t t0, i
   }
 }
 
-void gemm_q8(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy) {
-  drive(W, A, r0, r1, [&]<int T>(int64_t g, int64_t t, int lo, int hi) { group16<T>(W, A, g, t, lo, hi, Y, ldy); });
+template <bool kQ4, bool kF32>
+void gemm16(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy) {
+  drive(W, A, r0, r1, [&]<int T>(int64_t g, int64_t t, int lo, int hi) { group16<kQ4, kF32, T>(W, A, g, t, lo, hi, Y, ldy); });
 }
 
 // W8A8: signed weights and activations; maddubs needs an unsigned operand, so it multiplies
@@ -188,14 +170,14 @@ void gemm_w8(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, 
 }
 
 void gemm_q4(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy) {
-  if (W.f32_scales) gemm<true>(W, A, r0, r1, Y, ldy);
-  else gemm<false>(W, A, r0, r1, Y, ldy);
+  if (W.f32_scales) gemm16<true, true>(W, A, r0, r1, Y, ldy);
+  else gemm16<true, false>(W, A, r0, r1, Y, ldy);
 }
 
 }  // namespace
 
 const MatmulKernels& matmul_kernels_avx2() {
-  static const MatmulKernels k{gemm_q4, gemm_q8, gemm_w8};
+  static const MatmulKernels k{gemm_q4, gemm16<false, false>, gemm_w8};
   return k;
 }
 

@@ -1,6 +1,6 @@
-// AVX-512 VNNI kernels, vpdpbusd (u8 x s8 -> s32) dots. Q4: one row quad x T tokens per pass, two
-// 32-element blocks per 512-bit step, per-block scales applied in float. Q8: 16 rows x T tokens,
-// whole-block integer dots. W8A8: one row quad x T tokens, whole rows in int32. See matmul.h.
+// AVX-512 VNNI kernels, vpdpbusd (u8 x s8 -> s32) dots. Q4 and Q8: 16 rows x up to 8 tokens per
+// pass, whole-block integer dots, one float step per block. W8A8: one row quad x up to 4 tokens,
+// whole rows in int32. See matmul.h for the layouts.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -13,85 +13,16 @@
 namespace ouro {
 namespace {
 
-// [x[0] x8 | x[1] x8]: the scales of two consecutive blocks, spread over their 8 lanes each.
-inline __m512 spread2(const float* x) {
-  const __m512 v = _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(x))));
-  return _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), v);
-}
-
 template <bool kF32>
-inline __m256 load8(const uint8_t* p) {
-  if constexpr (kF32) return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+inline __m512 load16(const uint8_t* p) {
+  if constexpr (kF32) return _mm512_load_ps(reinterpret_cast<const float*>(p));
+  return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// Row r's 64 nibbles of a Q4 step as 64 bytes (block 2j's 32, then block 2j+1's).
-inline __m512i load_w(const uint8_t* st, int r) {
-  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st + 32 * r));
-  const __m256i mask = _mm256_set1_epi8(0x0f);
-  const __m256i lo = _mm256_and_si256(raw, mask);
-  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), mask);
-  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
-
-// Q4: one quad of rows against T tokens from t0; writes rows [lo, hi) of the quad.
-template <bool kF32, int T>
-void quad(const PackedMatrix& W, const QuantActs& A, int64_t g, int64_t t0, int lo, int hi, float* Y, int64_t ldy) {
-  __m512 acc[4][T];
-  __m256 cacc[T];
-#pragma GCC unroll 4
-  for (int r = 0; r < 4; ++r)
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
-#pragma GCC unroll 4
-  for (int t = 0; t < T; ++t) cacc[t] = _mm256_setzero_ps();
-  const int8_t* arow[T];
-  const float* da[T];
-  const float* sa[T];
-  for (int t = 0; t < T; ++t) {
-    arow[t] = A.qs.data() + (t0 + t) * A.cols_pad;
-    da[t] = A.d.data() + (t0 + t) * A.nb;
-    sa[t] = A.s.data() + (t0 + t) * A.nb;
-  }
-  const size_t vb = W.value_bytes(), sb = kF32 ? 32 : 16;
-  const uint8_t* st = W.step(g, 0);
-  for (int64_t j = 0; j < W.nsteps; ++j, st += W.step_bytes) {
-    _mm_prefetch(reinterpret_cast<const char*>(st + 4 * W.step_bytes), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(st + 4 * W.step_bytes + 64), _MM_HINT_T0);
-    const __m512 d8 = _mm512_castps256_ps512(load8<kF32>(st + vb));
-    const __m256 c8 = load8<kF32>(st + vb + sb);  // the c-term
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) {
-      const __m256 s2 = _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(sa[t] + 2 * j)));
-      cacc[t] = _mm256_fmadd_ps(c8, s2, cacc[t]);
-    }
-    __m512i w[4];
-    __m512 sw[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) {
-      w[r] = load_w(st, r);
-      sw[r] = _mm512_permutexvar_ps(_mm512_set_epi32(2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1, 2 * r + 1,
-                                                     2 * r + 1, 2 * r + 1, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r, 2 * r,
-                                                     2 * r, 2 * r),
-                                    d8);
-    }
-#pragma GCC unroll 4
-    for (int t = 0; t < T; ++t) {
-      const __m512i a = _mm512_loadu_si512(arow[t] + 64 * j);
-      const __m512 s = spread2(da[t] + 2 * j);
-#pragma GCC unroll 4
-      for (int r = 0; r < 4; ++r) {
-        const __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r], a);
-        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sw[r], s), acc[r][t]);
-      }
-    }
-  }
-  for (int t = 0; t < T; ++t) {
-    alignas(32) float cc[8];
-    _mm256_store_ps(cc, cacc[t]);
-    for (int r = lo; r < hi; ++r)
-      Y[(t0 + t) * ldy + g * 4 + r] = _mm512_reduce_add_ps(acc[r][t]) + (cc[2 * r] + cc[2 * r + 1]);
-  }
+inline __m512i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
 }
 
 // pass<N>(g, t, lo, hi) for the N = n in 1..kMax.
@@ -122,53 +53,72 @@ void drive(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, Pa
   }
 }
 
-template <bool kF32>
-void gemm(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy) {
-  drive<4>(W, A, r0, r1, [&]<int T>(int64_t g, int64_t t, int lo, int hi) { quad<kF32, T>(W, A, g, t, lo, hi, Y, ldy); });
-}
-
-// Q8_0 in groups of 16 rows (matmul.h): T tokens against group g; writes rows [lo, hi) of the group.
-// Per block, 8 vpdpbusd with the token's 4 activation bytes broadcast give the 16 rows' whole-block
-// dots in int32 (started at -128 * sum(q) to take out the weights' +128 offset), then one float
-// step: acc += dot * (d_w * d_a), one rounding (the scalar reference's std::fma: the same bits).
-template <int T>
+// Q4 and Q8_0 in groups of 16 rows (matmul.h): T tokens against group g; writes rows [lo, hi) of
+// the group. Per block, vpdpbusd with the token's 4 activation bytes broadcast give the 16 rows'
+// whole-block dots in int32 (Q8: 8 vectors of bytes, started at -128 * sum(q) to take out the
+// weights' +128 offset; Q4: 4 vectors of nibbles, low then high), then the float step, one
+// rounding each as the scalar reference's std::fma (the same bits): acc += dot * (d_w * d_a), and
+// for Q4 acc += c_w * s_a.
+template <bool kQ4, bool kF32, int T>
 void group16(const PackedMatrix& W, const QuantActs& A, int64_t g, int64_t t0, int lo, int hi, float* Y, int64_t ldy) {
+  constexpr size_t kSz = kF32 ? 4 : 2;
   __m512 acc[T];
 #pragma GCC unroll 8
   for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
   const int8_t* arow[T];
   const float* da[T];
+  const float* sa[T];
   const int32_t* qsum[T];
   for (int t = 0; t < T; ++t) {
     arow[t] = A.qs.data() + (t0 + t) * A.cols_pad;
     da[t] = A.d.data() + (t0 + t) * A.nb;
+    sa[t] = A.s.data() + (t0 + t) * A.nb;
     qsum[t] = A.qsum.data() + (t0 + t) * A.nb;
   }
+  const __m512i nib = _mm512_set1_epi8(0x0f);
+  const size_t vb = W.value_bytes(), ahead = 4 * W.step_bytes;
   const uint8_t* st = W.step(g, 0);
   for (int64_t j = 0; j < W.nsteps; ++j, st += W.step_bytes) {
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const int64_t b = 2 * j + h;
-      const uint8_t* wv = st + 512 * h;
+      const uint8_t* wv = st + vb / 2 * h;
       __m512i dot[T];
 #pragma GCC unroll 8
-      for (int t = 0; t < T; ++t) dot[t] = _mm512_set1_epi32(-128 * qsum[t][b]);
+      for (int t = 0; t < T; ++t) dot[t] = kQ4 ? _mm512_setzero_si512() : _mm512_set1_epi32(-128 * qsum[t][b]);
+      if constexpr (kQ4) {
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; ++v) {
+          _mm_prefetch(reinterpret_cast<const char*>(wv + 64 * v + ahead), _MM_HINT_T0);
+          const __m512i x = _mm512_load_si512(wv + 64 * v);
+          const __m512i wl = _mm512_and_si512(x, nib), wh = _mm512_and_si512(_mm512_srli_epi16(x, 4), nib);
 #pragma GCC unroll 8
-      for (int v = 0; v < 8; ++v) {
-        _mm_prefetch(reinterpret_cast<const char*>(wv + 64 * v + 4 * W.step_bytes), _MM_HINT_T0);
-        const __m512i w = _mm512_load_si512(wv + 64 * v);
-        int32_t a4[T];
+          for (int t = 0; t < T; ++t) {
+            dot[t] = _mm512_dpbusd_epi32(dot[t], wl, bcast4(arow[t] + 32 * b + 8 * v));
+            dot[t] = _mm512_dpbusd_epi32(dot[t], wh, bcast4(arow[t] + 32 * b + 8 * v + 4));
+          }
+        }
+      } else {
 #pragma GCC unroll 8
-        for (int t = 0; t < T; ++t) {
-          std::memcpy(&a4[t], arow[t] + 32 * b + 4 * v, 4);
-          dot[t] = _mm512_dpbusd_epi32(dot[t], w, _mm512_set1_epi32(a4[t]));
+        for (int v = 0; v < 8; ++v) {
+          _mm_prefetch(reinterpret_cast<const char*>(wv + 64 * v + ahead), _MM_HINT_T0);
+          const __m512i w = _mm512_load_si512(wv + 64 * v);
+#pragma GCC unroll 8
+          for (int t = 0; t < T; ++t) dot[t] = _mm512_dpbusd_epi32(dot[t], w, bcast4(arow[t] + 32 * b + 4 * v));
         }
       }
-      if (h == 1) _mm_prefetch(reinterpret_cast<const char*>(st + 1024 + 4 * W.step_bytes), _MM_HINT_T0);
-      const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(st + 1024 + 32 * h)));
+      if (h == 1)
+        for (size_t o = vb; o < W.step_bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(st + o + ahead), _MM_HINT_T0);
+      const uint8_t* sc = st + vb + (kQ4 ? 2 * h : h) * 16 * kSz;  // d[16] (and c[16] for Q4) of block b
+      const __m512 dw = load16<kF32>(sc);
 #pragma GCC unroll 8
       for (int t = 0; t < T; ++t)
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[t]), _mm512_mul_ps(dw, _mm512_set1_ps(da[t][b])), acc[t]);
+      if constexpr (kQ4) {
+        const __m512 cw = load16<kF32>(sc + 16 * kSz);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) acc[t] = _mm512_fmadd_ps(cw, _mm512_set1_ps(sa[t][b]), acc[t]);
+      }
     }
   }
   const __mmask16 keep = (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
@@ -177,8 +127,9 @@ void group16(const PackedMatrix& W, const QuantActs& A, int64_t g, int64_t t0, i
 }
 
 // 8 tokens at a time: a weight vector loaded once feeds 8 dots.
-void gemm_q8(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy) {
-  drive<8>(W, A, r0, r1, [&]<int T>(int64_t g, int64_t t, int lo, int hi) { group16<T>(W, A, g, t, lo, hi, Y, ldy); });
+template <bool kQ4, bool kF32>
+void gemm16(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy) {
+  drive<8>(W, A, r0, r1, [&]<int T>(int64_t g, int64_t t, int lo, int hi) { group16<kQ4, kF32, T>(W, A, g, t, lo, hi, Y, ldy); });
 }
 
 // Lane i of the result = the sum of all lanes of v[4 (i % 4) + i / 4]: a 4-level transpose-and-add
@@ -261,14 +212,14 @@ void gemm_w8(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, 
 }
 
 void gemm_q4(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t r1, float* Y, int64_t ldy) {
-  if (W.f32_scales) gemm<true>(W, A, r0, r1, Y, ldy);
-  else gemm<false>(W, A, r0, r1, Y, ldy);
+  if (W.f32_scales) gemm16<true, true>(W, A, r0, r1, Y, ldy);
+  else gemm16<true, false>(W, A, r0, r1, Y, ldy);
 }
 
 }  // namespace
 
 const MatmulKernels& matmul_kernels_avx512() {
-  static const MatmulKernels k{gemm_q4, gemm_q8, gemm_w8};
+  static const MatmulKernels k{gemm_q4, gemm16<false, false>, gemm_w8};
   return k;
 }
 

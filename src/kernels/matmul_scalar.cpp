@@ -18,14 +18,10 @@ void gemm_scalar(const PackedMatrix& W, const QuantActs& A, int64_t r0, int64_t 
         int32_t isum = 0;
         // Q8 is computed signed here, so its c-term (the VNNI offset correction) is not needed.
         for (int i = 0; i < 32; ++i) isum += W.raw(r, b * 32 + i) * a[b * 32 + i];
-        if (q4) {
-          acc += W.d(r, b) * da[b] * (float)isum;
-          acc += W.c(r, b) * sa[b];
-        } else {
-          // One rounding for the product and the sum, as the AVX2 and AVX-512 kernels' FMA: Q8's
-          // results are the same bits on every ISA.
-          acc = std::fma((float)isum, W.d(r, b) * da[b], acc);
-        }
+        // One rounding for each product and its sum, as the AVX2 and AVX-512 kernels' FMAs: the
+        // results are the same bits on every ISA.
+        acc = std::fma((float)isum, W.d(r, b) * da[b], acc);
+        if (q4) acc = std::fma(W.c(r, b), sa[b], acc);
       }
       Y[t * ldy + r] = acc;
     }

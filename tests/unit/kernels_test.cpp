@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "core/fp16.h"
@@ -14,24 +15,22 @@ using namespace ouro;
 
 namespace {
 
-std::vector<uint8_t> random_q4_1(int64_t rows, int64_t cols, std::mt19937& rng) {
-  std::vector<uint8_t> v(rows * cols / 32 * sizeof(BlockQ4_1));
+// Random blocks of a packed type: random value bytes, then each block's fp16 scale fields set to
+// small valid values (Q4_0 / Q8_0: d; Q4_1: d, m; Q4_K: d, dmin, its 6-bit scales random).
+std::vector<uint8_t> random_blocks(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  std::vector<uint8_t> v(rows * row_bytes(type, cols));
+  for (auto& b : v) b = (uint8_t)(rng() & 0xff);
+  const int64_t per_block = type == GgmlType::kQ4_K ? 256 : 32;
+  const size_t bb = row_bytes(type, per_block);
   std::uniform_real_distribution<float> u(-0.1f, 0.1f);
-  auto* b = reinterpret_cast<BlockQ4_1*>(v.data());
-  for (int64_t i = 0; i < rows * cols / 32; ++i) {
-    b[i].d = fp32_to_fp16(std::fabs(u(rng)) + 0.001f);
-    b[i].m = fp32_to_fp16(u(rng));
-    for (auto& q : b[i].qs) q = (uint8_t)(rng() & 0xff);
-  }
-  return v;
-}
-
-std::vector<uint8_t> random_q8_0(int64_t rows, int64_t cols, std::mt19937& rng) {
-  std::vector<uint8_t> v(rows * cols / 32 * sizeof(BlockQ8_0));
-  auto* b = reinterpret_cast<BlockQ8_0*>(v.data());
-  for (int64_t i = 0; i < rows * cols / 32; ++i) {
-    b[i].d = fp32_to_fp16(0.001f + 0.01f * (float)(rng() % 100) / 100);
-    for (auto& q : b[i].qs) q = (int8_t)(rng() & 0xff);
+  for (size_t o = 0; o < v.size(); o += bb) {
+    const uint16_t d = fp32_to_fp16(type == GgmlType::kQ4_K ? 0.0001f + 0.001f * (float)(rng() % 100) / 100
+                                                            : 0.001f + 0.01f * (float)(rng() % 100) / 100);
+    std::memcpy(&v[o], &d, 2);
+    if (type == GgmlType::kQ4_1 || type == GgmlType::kQ4_K) {
+      const uint16_t m = fp32_to_fp16(type == GgmlType::kQ4_K ? std::fabs(u(rng)) * 0.01f : u(rng));
+      std::memcpy(&v[o + 2], &m, 2);
+    }
   }
   return v;
 }
@@ -40,7 +39,7 @@ struct Case { GgmlType type; int64_t rows, cols, T; };
 
 void check_all_isas(const Case& c) {
   std::mt19937 rng(42 + (int)c.rows + (int)c.T);
-  auto data = c.type == GgmlType::kQ4_1 ? random_q4_1(c.rows, c.cols, rng) : random_q8_0(c.rows, c.cols, rng);
+  auto data = random_blocks(c.type, c.rows, c.cols, rng);
   PackedMatrix W = pack_matrix(c.type, data.data(), c.cols, c.rows);
   std::normal_distribution<float> nd(0, 1);
   std::vector<float> X(c.T * c.cols);
@@ -78,16 +77,9 @@ void check_all_isas(const Case& c) {
     const int64_t mid = c.rows / 3 + 1;
     gemm_rows(matmul_kernels(isa), W, qa, 0, mid, out.data(), c.rows);
     gemm_rows(matmul_kernels(isa), W, qa, mid, c.rows, out.data(), c.rows);
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (c.type == GgmlType::kQ8_0) {
-        // Whole-block integer dots and one FMA per block in block order on every ISA: the same bits.
-        ASSERT_EQ(out[i], scalar_out[i]) << isa_name(isa) << ", index " << i;
-        continue;
-      }
-      // Same integer math as scalar; only the float summation order differs.
-      const double tol = 1e-5 * (std::fabs(scalar_out[i]) + 1.0);
-      ASSERT_NEAR(out[i], scalar_out[i], tol) << isa_name(isa) << ", index " << i;
-    }
+    // Whole-block integer dots and one FMA per term and block, in block order, on every ISA: the
+    // same bits as the scalar reference.
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], scalar_out[i]) << isa_name(isa) << ", index " << i;
   }
 }
 
@@ -96,6 +88,9 @@ void check_all_isas(const Case& c) {
 TEST(Matmul, Q4_1DecodeShapes) { check_all_isas({GgmlType::kQ4_1, 37, 576, 1}); }
 TEST(Matmul, Q4_1PrefillShapes) { check_all_isas({GgmlType::kQ4_1, 45, 1536, 11}); }
 TEST(Matmul, Q4_1OddBlockCount) { check_all_isas({GgmlType::kQ4_1, 9, 96, 5}); }
+TEST(Matmul, Q4_0RowGroupsAndTokenTiles) { check_all_isas({GgmlType::kQ4_0, 70, 320, 19}); }
+// Q4_K: f32 scales (d * scale products are not exact in fp16).
+TEST(Matmul, Q4_KRowGroupsAndTokenTiles) { check_all_isas({GgmlType::kQ4_K, 35, 512, 11}); }
 TEST(Matmul, Q8_0Decode) { check_all_isas({GgmlType::kQ8_0, 33, 576, 1}); }
 TEST(Matmul, Q8_0Prefill) { check_all_isas({GgmlType::kQ8_0, 21, 160, 7}); }
 // Several groups of 16 rows with a partial last one, 8-token tiles and a remainder of 3.
@@ -105,7 +100,7 @@ TEST(Matmul, Q8_0OddBlockCount) { check_all_isas({GgmlType::kQ8_0, 17, 96, 9}); 
 
 TEST(Matmul, ParallelJobsMatchSerial) {
   std::mt19937 rng(7);
-  auto a = random_q4_1(40, 128, rng), b = random_q4_1(24, 128, rng);
+  auto a = random_blocks(GgmlType::kQ4_1, 40, 128, rng), b = random_blocks(GgmlType::kQ4_1, 24, 128, rng);
   PackedMatrix A = pack_matrix(GgmlType::kQ4_1, a.data(), 128, 40), B = pack_matrix(GgmlType::kQ4_1, b.data(), 128, 24);
   std::vector<float> X(3 * 128);
   for (auto& x : X) x = (float)((int)(rng() % 200) - 100) / 50;

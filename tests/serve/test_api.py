@@ -26,7 +26,9 @@ import servelib
 from ouro_testlib import run_ouro
 from servelib import MODEL_ID, chat_body, get, post
 
-CHAT_PROMPT = "Name three colors."
+# Its greedy answer runs past 48 tokens, which the length-limit tests need ("Name three colors."
+# ended after 11 once the 16-row kernels changed the rounding, E0043).
+CHAT_PROMPT = "Describe your favorite season and why you like it."
 
 
 def chat(client, prompt, max_tokens, **kw):

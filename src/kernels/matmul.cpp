@@ -81,7 +81,7 @@ float PackedMatrix::d(int64_t r, int64_t b) const {
 }
 
 float PackedMatrix::c(int64_t r, int64_t b) const {
-  return kind == PackedKind::kQ4 ? load_scale(*this, scale_ptr(*this, r, b, true)) : -128.0f * d(r, b);
+  return kind == PackedKind::kQ4 ? load_scale(*this, scale_ptr(*this, r, b, true)) : 0.0f;
 }
 
 float PackedMatrix::value(int64_t r, int64_t k) const {

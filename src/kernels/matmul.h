@@ -4,7 +4,8 @@
 // the GGUF blocks (no precision is lost), or kept as they are and dequantized row by row:
 //   kQ4  (from Q4_0, Q4_1, Q4_K): value = d[b] * u + c[b], u in 0..15, per 32-element block b.
 //   kQ8  (from Q8_0): value = d[b] * s, s int8, stored as u = s ^ 0x80 = s + 128 so that the
-//        unsigned-by-signed VNNI dot applies; the offset is removed with c[b] = -128 * d[b].
+//        unsigned-by-signed VNNI dot applies; the AVX-512 kernel takes the offset out in int32
+//        (each block's dot starts at -128 * sum(q)), the AVX2 and scalar ones compute signed.
 //   kRows (F32, F16, BF16, Q6_K, ...): rows dequantized to float on the fly (slow, exact).
 // Decode reads every weight once per token, so the layout is one linear stream: rows are grouped
 // (zero-padded) and each group is a sequence of steps of 64 columns (two 32-element blocks):
@@ -67,7 +68,7 @@ struct PackedMatrix {
   // Accessors (slow; for references, tests and the embedding lookup).
   int raw(int64_t r, int64_t k) const;   // u in 0..15 (kQ4) or s in -128..127 (kQ8, kW8)
   float d(int64_t r, int64_t b) const;   // kW8: the row's scale
-  float c(int64_t r, int64_t b) const;   // kQ4 only
+  float c(int64_t r, int64_t b) const;   // kQ4's c-term; 0 for the other kinds
   float value(int64_t r, int64_t k) const;
   size_t bytes() const;  // bytes read by one full pass over the matrix
 };

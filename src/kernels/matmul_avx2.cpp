@@ -7,7 +7,6 @@
 #include <cstring>
 
 #include "kernels/matmul.h"
-#include "kernels/simd_avx2.h"
 
 namespace ouro {
 namespace {

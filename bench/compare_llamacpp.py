@@ -20,7 +20,8 @@ llama.cpp's own llama-bench (C++, built from the same sdist by scripts/build_lla
 and tg G on the same file and threads, and its figures are printed beside the binding's, which they
 should match (--no-llama-bench skips it).
 --depth D: both engines measure pp and tg after D cached tokens (the D ids drawn after the prompt's,
-filled untimed before each measurement: llama-bench's -d, ouro bench's --depth); each measurement
+filled once, untimed, then restored before each measurement: llama-bench's -d, ouro bench's --depth;
+llama.cpp's side keeps a sequence-state snapshot, ouro rewinds to a mark); each measurement
 process's peak RSS is recorded beside its figures (os.wait4), so a depth table shows what the cache
 costs in memory.
 Each measurement also records the 1-minute load average and the share of its wall time in which
@@ -109,25 +110,54 @@ def llama_worker(args):
         if rc != 0:
             raise RuntimeError(f"llama_decode returned {rc}")
 
-    def start_at_depth():  # an empty cache, then the D depth ids in batches (untimed)
+    snapshot = []  # the sequence's state at depth D (llama_state_seq_get_data), once filled
+
+    def start_at_depth():
+        """An empty cache, then the D depth ids (untimed): filled in batches the first time and kept
+        as a sequence-state snapshot, restored before every later measurement (as ouro bench rewinds
+        to its mark), so a deep row fills the depth once. Progress goes to stderr with the time."""
         llama_cpp.llama_memory_clear(mem, False)
-        for i in range(0, D, n_batch):
+        if D == 0:
+            return
+        if snapshot:
+            buf, n = snapshot
+            if llama_cpp.llama_state_seq_set_data(ctx, buf, n, 0) != n:
+                raise RuntimeError("llama_state_seq_set_data did not restore the depth snapshot")
+            llama_cpp.llama_synchronize(ctx)
+            return
+        t0, step = time.monotonic(), max(1, 8192 // n_batch)
+        for k, i in enumerate(range(0, D, n_batch)):
             chunk = depth_ids[i:i + n_batch]
             decode((llama_cpp.llama_token * len(chunk))(*chunk), len(chunk))
+            if D >= 16384 and (k + 1) % step == 0:
+                log(f"depth fill {i + len(chunk)}/{D} tokens after {time.monotonic() - t0:.0f} s")
         llama_cpp.llama_synchronize(ctx)
+        n = llama_cpp.llama_state_seq_get_size(ctx, 0)
+        buf = (ctypes.c_uint8 * n)()
+        if llama_cpp.llama_state_seq_get_data(ctx, buf, n, 0) != n:
+            raise RuntimeError("llama_state_seq_get_data did not copy the depth state")
+        snapshot.extend((buf, n))
+        log(f"depth fill done: {D} tokens in {time.monotonic() - t0:.0f} s; snapshot {n / 2**20:.0f} MiB")
+
+    def log(msg):
+        if D >= 16384:
+            print(f"[{datetime.datetime.now().strftime('%H:%M:%S')}] llama.cpp worker: {msg}", file=sys.stderr, flush=True)
 
     pp, tg = [], []
     for r in range(args.inproc_warmup + 1):
         keep = r >= args.inproc_warmup
         if P > 0:
             start_at_depth()
+            log(f"timed pp{P} starts")
             t0 = time.perf_counter()
             decode(prompt_arr, P)
             llama_cpp.llama_synchronize(ctx)
             if keep:
                 pp.append(P / (time.perf_counter() - t0))
+            log(f"timed pp{P} ends: {P / (time.perf_counter() - t0):.2f} tok/s")
         if G > 0:
             start_at_depth()
+            log(f"timed tg{G} starts")
             tok = prompt[0] if P > 0 else 1
             t0 = time.perf_counter()
             for _ in range(G):
@@ -137,6 +167,7 @@ def llama_worker(args):
                 tok = int(logits.argmax())
             if keep:
                 tg.append(G / (time.perf_counter() - t0))
+            log(f"timed tg{G} ends: {G / (time.perf_counter() - t0):.2f} tok/s")
     out = {"prefill_tok_s": pp[0] if pp else None, "decode_tok_s": tg[0] if tg else None,
            "n_ctx": n_ctx, "n_batch": n_batch, "flash_attn": args.flash_attn,
            "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip()}

@@ -33,14 +33,16 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t n, float eps) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
 }
 
-void rope_inplace(float* x, int n_heads, int head_dim, int64_t pos, const float* inv_freq) {
-  float cs[256], sn[256];
-  const int half = head_dim / 2;
+void rope_angles(int64_t pos, const float* inv_freq, int half, float* cs, float* sn) {
   for (int i = 0; i < half; ++i) {
     const double a = (double)pos * inv_freq[i];
     cs[i] = (float)std::cos(a);
     sn[i] = (float)std::sin(a);
   }
+}
+
+void rope_rotate(float* x, int n_heads, int head_dim, const float* cs, const float* sn) {
+  const int half = head_dim / 2;
   for (int h = 0; h < n_heads; ++h) {
     float* v = x + (int64_t)h * head_dim;
     for (int i = 0; i < half; ++i) {
@@ -51,8 +53,36 @@ void rope_inplace(float* x, int n_heads, int head_dim, int64_t pos, const float*
   }
 }
 
+void rope_inplace(float* x, int n_heads, int head_dim, int64_t pos, const float* inv_freq) {
+  float cs[256], sn[256];
+  rope_angles(pos, inv_freq, head_dim / 2, cs, sn);
+  rope_rotate(x, n_heads, head_dim, cs, sn);
+}
+
+namespace {
+
+// silu(g) * u for 8 values: sigmoid(g) from e = exp(-|g|) (never a positive argument): 1 / (1 + e)
+// for g >= 0, e / (1 + e) below.
+inline __m256 swiglu8(__m256 g, __m256 u) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 e = exp256_nonpos(_mm256_or_ps(g, _mm256_set1_ps(-0.0f)));
+  const __m256 r = _mm256_div_ps(one, _mm256_add_ps(one, e));
+  const __m256 s = _mm256_blendv_ps(r, _mm256_mul_ps(e, r), _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_LT_OQ));
+  return _mm256_mul_ps(_mm256_mul_ps(g, s), u);
+}
+
+}  // namespace
+
 void swiglu(const float* g, const float* u, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, swiglu8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i)));
+  if (i < n) {
+    float gb[8] = {}, ub[8] = {}, yb[8];
+    std::memcpy(gb, g + i, sizeof(float) * (n - i));
+    std::memcpy(ub, u + i, sizeof(float) * (n - i));
+    _mm256_storeu_ps(yb, swiglu8(_mm256_loadu_ps(gb), _mm256_loadu_ps(ub)));
+    std::memcpy(y + i, yb, sizeof(float) * (n - i));
+  }
 }
 
 void softmax_inplace(float* x, int64_t n) {

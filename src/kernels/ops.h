@@ -14,8 +14,15 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t n, float eps);
 // Rotates adjacent pairs (2i, 2i+1) of each of n_heads heads of size head_dim by pos * inv_freq[i]
 // (llama.cpp's "normal" RoPE, which GGUF llama files are converted for).
 void rope_inplace(float* x, int n_heads, int head_dim, int64_t pos, const float* inv_freq);
+// rope_inplace in two steps, so a forward pass takes a position's angles once for all its layers
+// and for q and k: cs[i], sn[i] (i < half) = cos, sin of pos * inv_freq[i], computed in double and
+// rounded once; then the rotation by them. The two give rope_inplace's bits.
+void rope_angles(int64_t pos, const float* inv_freq, int half, float* cs, float* sn);
+void rope_rotate(float* x, int n_heads, int head_dim, const float* cs, const float* sn);
 
-// y[i] = silu(g[i]) * u[i]
+// y[i] = silu(g[i]) * u[i] = g[i] * sigmoid(g[i]) * u[i], 8 values at a time with the polynomial exp
+// softmax uses (of -|g|, relative error ~2e-7); the last n % 8 go through the same 8-wide code, so
+// a value's result does not depend on where it sits. Same bits on every ISA.
 void swiglu(const float* g, const float* u, float* y, int64_t n);
 
 // In-place numerically stable softmax over n values; returns nothing.

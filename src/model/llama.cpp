@@ -62,11 +62,16 @@ Status LlamaModel::forward(const ModelMemory& mem, Workspace& ws_base, const Seq
   std::vector<float>& xn_ = ws.xn_;
   QuantActs& qa_ = ws.qa_;
 
-  // x: [T, d] residual stream
+  // x: [T, d] residual stream; with each token its position's RoPE angles, taken once for q and k
+  // of every layer
+  const int half = hd / 2;
   {
     trace::Span sp("embed", "op", -1, T, 8.0 * T * d);
     fault::at_op("embed");
-    for (int t = 0; t < T; ++t) m.embed(ws.tok_[t], &x_[(size_t)t * d]);
+    for (int t = 0; t < T; ++t) {
+      m.embed(ws.tok_[t], &x_[(size_t)t * d]);
+      rope_angles(pos[t], w.rope_inv_freq.data(), half, &ws.rope_[(size_t)t * hd], &ws.rope_[(size_t)t * hd + half]);
+    }
   }
   const double act_bytes = 4.0 * T * d;  // one [T, d] float activation
 
@@ -117,8 +122,9 @@ Status LlamaModel::forward(const ModelMemory& mem, Workspace& ws_base, const Seq
     fault::at_op("rope_kv");
     parallel_ranges(pool, T, "rope_kv", [&](int64_t t0, int64_t t1) {
       for (int t = t0; t < t1; ++t) {
-        rope_inplace(&q_[(size_t)t * q_dim], nh, hd, pos[t], w.rope_inv_freq.data());
-        rope_inplace(&k_[(size_t)t * kv_dim], nkv, hd, pos[t], w.rope_inv_freq.data());
+        const float *cs = &ws.rope_[(size_t)t * hd], *sn = cs + half;
+        rope_rotate(&q_[(size_t)t * q_dim], nh, hd, cs, sn);
+        rope_rotate(&k_[(size_t)t * kv_dim], nkv, hd, cs, sn);
         kv_encode_row(kvs.k[l], &k_[(size_t)t * kv_dim], nkv, hd, kv_row(l, false, t));
         kv_encode_row(kvs.v[l], &v_[(size_t)t * kv_dim], nkv, hd, kv_row(l, true, t));
       }

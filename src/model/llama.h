@@ -59,6 +59,7 @@ class LlamaWorkspace : public Workspace {
  private:
   friend class LlamaModel;
   std::vector<float> x_, xn_, q_, k_, v_, att_, tmp_, g_, u_, h_, scores_;
+  std::vector<float> rope_;  // per token: RoPE's cos then sin of its position's angles (head_dim floats)
   std::vector<int> tok_, pos_, seq_, out_rows_;
   std::vector<int64_t> cum_keys_;
   QuantActs qa_;

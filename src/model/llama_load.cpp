@@ -246,6 +246,7 @@ LlamaWorkspace::LlamaWorkspace(const LlamaConfig& c, int max_tokens) : Workspace
   g_.resize(B * c.n_ff);
   u_.resize(B * c.n_ff);
   h_.resize(B * c.n_ff);
+  rope_.resize(B * c.head_dim);
   tok_.resize(B);
   pos_.resize(B);
   seq_.resize(B);

@@ -94,6 +94,51 @@ TEST(Ops, RopeRotatesAdjacentPairs) {
     }
 }
 
+TEST(Ops, RopeAnglesThenRotateAreRopeInplacesBits) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0, 2);
+  const int hd = 64, nh = 9, half = hd / 2;
+  std::vector<float> inv(half);
+  for (int i = 0; i < half; ++i) inv[i] = (float)std::pow(10000.0, -2.0 * i / hd);
+  for (int64_t pos : {0, 1, 17, 4095, 131071}) {
+    std::vector<float> a(nh * hd), cs(half), sn(half);
+    for (auto& v : a) v = nd(rng);
+    std::vector<float> b = a;
+    rope_inplace(a.data(), nh, hd, pos, inv.data());
+    rope_angles(pos, inv.data(), half, cs.data(), sn.data());
+    rope_rotate(b.data(), nh, hd, cs.data(), sn.data());
+    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * a.size())) << "pos " << pos;
+  }
+}
+
+// silu(g) * u against float64 over the range a model's gate takes (and past it), every length
+// through the 8-wide body and the tail; a value's bits do not depend on its place in the array.
+TEST(Ops, SwigluMatchesDoubleReferenceAndIgnoresPlace) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0, 4);
+  for (int n : {1, 3, 7, 8, 9, 16, 23, 1536}) {
+    std::vector<float> g(n), u(n), y(n);
+    for (int i = 0; i < n; ++i) {
+      g[i] = i % 11 == 5 ? (float)((i % 3) - 1) * 60.0f : nd(rng);  // some -60, 0, 60
+      u[i] = nd(rng);
+    }
+    swiglu(g.data(), u.data(), y.data(), n);
+    for (int i = 0; i < n; ++i) {
+      const double gd = g[i], ref = gd / (1.0 + std::exp(-gd)) * u[i];
+      EXPECT_NEAR(y[i], ref, 1e-6 * std::fabs(ref) + 1e-30) << "n " << n << " i " << i << " g " << g[i];
+      float one;
+      swiglu(&g[i], &u[i], &one, 1);
+      ASSERT_EQ(0, std::memcmp(&one, &y[i], sizeof one)) << "n " << n << " i " << i;
+    }
+  }
+  const float g0 = 0.0f, gneg = -0.0f, u1 = 3.0f;
+  float y0, yneg;
+  swiglu(&g0, &u1, &y0, 1);
+  swiglu(&gneg, &u1, &yneg, 1);
+  EXPECT_EQ(y0, 0.0f);
+  EXPECT_EQ(yneg, 0.0f);
+}
+
 TEST(Ops, AttendOneMatchesNaive) {
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0, 1);

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -85,7 +87,7 @@ void swiglu(const float* g, const float* u, float* y, int64_t n) {
   }
 }
 
-void softmax_inplace(float* x, int64_t n) {
+void softmax_inplace(float* x, int64_t n, float* m_out, float* l_out) {
   float mx = -INFINITY;
   for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
   const __m256 vmx = _mm256_set1_ps(mx);
@@ -100,6 +102,8 @@ void softmax_inplace(float* x, int64_t n) {
   for (; i < n; ++i) { x[i] = std::exp(x[i] - mx); sum += x[i]; }
   const float inv = 1.0f / sum;
   for (int64_t k = 0; k < n; ++k) x[k] *= inv;
+  if (m_out) *m_out = mx;
+  if (l_out) *l_out = sum;
 }
 
 float online_softmax_block(float* s, int cnt, int np, float scale, float* m, float* l) {
@@ -358,35 +362,41 @@ void score_tile(const float* q, int G, int64_t qs, const uint8_t* const* rows, i
 // every column still sums its keys in position order with attend_typed's FMA and weight, so the
 // bits are its. A cached row is read once per tile of tokens, not once per token.
 template <KvType KT, KvType VT>
-void attend_tokens_typed(const float* q, int nt, int G, int64_t qs, const KvPages& pg, const int64_t* nk, int hd,
-                         int hd_v, float scale, float* scores, float* out, int64_t os, bool avx512) {
-  const int64_t ss = *std::max_element(nk, nk + nt);  // scores of query i at scores + i * ss
+void attend_tokens_typed(const float* q, int nt, int G, int64_t qs, const KvPages& pg, const int64_t* nk, int64_t pb,
+                         int hd, int hd_v, float scale, float* scores, float* out, int64_t os, float* stats,
+                         bool avx512) {
+  // Positions below are relative to pb: token t reads [pb, nk[t]), its keys 0 .. nk[t] - pb.
+  const int64_t ss = *std::max_element(nk, nk + nt) - pb;  // scores of query i at scores + i * ss
+  auto keys = [&](int t) { return nk[t] - pb; };
   constexpr int64_t kTile = 64;
   const uint8_t* rows[kTile];
   float rs[kTile];
   for (int64_t p0 = 0; p0 < ss; p0 += kTile) {
-    rows_of<KT>(pg, pg.k, p0, std::min(kTile, ss - p0), rows, rs);
+    rows_of<KT>(pg, pg.k, pb + p0, std::min(kTile, ss - p0), rows, rs);
     for (int t = 0; t < nt;) {
-      if (nk[t] <= p0) { ++t; continue; }
-      const int64_t n = std::min(kTile, nk[t] - p0);
+      if (keys(t) <= p0) { ++t; continue; }
+      const int64_t n = std::min(kTile, keys(t) - p0);
       int t2 = t + 1;
-      while (t2 < nt && nk[t2] > p0 && std::min(kTile, nk[t2] - p0) == n) ++t2;
+      while (t2 < nt && keys(t2) > p0 && std::min(kTile, keys(t2) - p0) == n) ++t2;
       score_tile<KT>(q + t * G * qs, (t2 - t) * G, qs, rows, pg.k.data_off, rs, n, hd, scale, scores + t * G * ss, ss,
                      p0, avx512);
       t = t2;
     }
   }
   for (int t = 0; t < nt; ++t)
-    if (nk[t] > 0)
-      for (int g = 0; g < G; ++g) softmax_inplace(scores + (t * G + g) * ss, nk[t]);
+    if (keys(t) > 0)
+      for (int g = 0; g < G; ++g) {
+        const int64_t i = (int64_t)t * G + g;
+        softmax_inplace(scores + i * ss, keys(t), stats ? &stats[2 * i] : nullptr, stats ? &stats[2 * i + 1] : nullptr);
+      }
   constexpr int64_t kVTile = 16;
   float wt[4][kVTile];
   const int step = avx512 ? 4 : 2;  // heads per pass over a tile's rows
   for (int64_t p0 = 0; p0 < ss; p0 += kVTile) {
-    rows_of<VT>(pg, pg.v, p0, std::min(kVTile, ss - p0), rows, rs);
+    rows_of<VT>(pg, pg.v, pb + p0, std::min(kVTile, ss - p0), rows, rs);
     for (int t = 0; t < nt; ++t) {
-      if (nk[t] <= p0) continue;
-      const int64_t n = std::min(kVTile, nk[t] - p0);
+      if (keys(t) <= p0) continue;
+      const int64_t n = std::min(kVTile, keys(t) - p0);
       for (int g = 0; g < G; g += step) {
         const int gb = std::min(step, G - g);
         const int64_t qi = (int64_t)t * G + g;
@@ -423,6 +433,25 @@ void with_kv_types(KvType kt, KvType vt, F&& fn) {
 
 }  // namespace
 
+void merge_attention_chunks(const float* parts, int64_t part_stride, const float* stats, int64_t stats_stride,
+                            int n_chunks, int n, float* out) {
+  float mx = -INFINITY;
+  for (int c = 0; c < n_chunks; ++c) mx = std::max(mx, stats[c * stats_stride]);
+  std::fill(out, out + n, 0.0f);
+  if (mx == -INFINITY) return;  // no keys at all: attend_paged's zero sum
+  float wsum = 0.0f;
+  for (int c = 0; c < n_chunks; ++c) {
+    const float l = stats[c * stats_stride + 1];
+    if (l == 0.0f) continue;
+    const float w = l * std::exp(stats[c * stats_stride] - mx);
+    wsum += w;
+    const float* o = parts + c * part_stride;
+    for (int v = 0; v < n; ++v) out[v] = std::fma(w, o[v], out[v]);
+  }
+  const float inv = 1.0f / wsum;
+  for (int v = 0; v < n; ++v) out[v] *= inv;
+}
+
 void attend_paged(const float* q, const KvPages& pg, int64_t n_keys, int hd, float scale, float* scores, float* out) {
   if (hd % 8 != 0) return attend_generic(q, pg, n_keys, hd, hd, scale, scores, out);
   with_kv_types(pg.k.type, pg.v.type, [&]<KvType KT, KvType VT>() {
@@ -432,17 +461,23 @@ void attend_paged(const float* q, const KvPages& pg, int64_t n_keys, int hd, flo
 
 void attend_paged_tokens(const float* q, int n_tok, int g_heads, int64_t q_stride, const KvPages& pg,
                          const int64_t* n_keys, int hd, int hd_v, float scale, float* scores, float* out,
-                         int64_t out_stride, Isa isa) {
+                         int64_t out_stride, Isa isa, int64_t p_begin, float* stats) {
   bool any = false;
   for (int t = 0; t < n_tok; ++t) {
-    if (n_keys[t] > 0) { any = true; continue; }
+    if (n_keys[t] > p_begin) { any = true; continue; }
     for (int g = 0; g < g_heads; ++g) {  // attend_paged's zero sum
-      float* o = out + ((int64_t)t * g_heads + g) * out_stride;
-      std::fill(o, o + hd_v, 0.0f);
+      const int64_t i = (int64_t)t * g_heads + g;
+      std::fill(out + i * out_stride, out + i * out_stride + hd_v, 0.0f);
+      if (stats) stats[2 * i] = -INFINITY, stats[2 * i + 1] = 0.0f;
     }
   }
   if (!any) return;
-  if (hd % 8 != 0 || hd_v % 8 != 0) {
+  if (p_begin > 0 || stats) {  // the ranged form: 256-bit or 512-bit tiles only
+    if (hd % 8 != 0 || hd_v % 8 != 0) {
+      std::fprintf(stderr, "ouro: internal error: attend_paged_tokens over a key range needs hd %% 8 == 0\n");
+      std::abort();
+    }
+  } else if (hd % 8 != 0 || hd_v % 8 != 0) {
     for (int t = 0; t < n_tok; ++t) {
       if (n_keys[t] <= 0) continue;
       for (int g = 0; g < g_heads; ++g) {
@@ -453,8 +488,8 @@ void attend_paged_tokens(const float* q, int n_tok, int g_heads, int64_t q_strid
     return;
   }
   with_kv_types(pg.k.type, pg.v.type, [&]<KvType KT, KvType VT>() {
-    attend_tokens_typed<KT, VT>(q, n_tok, g_heads, q_stride, pg, n_keys, hd, hd_v, scale, scores, out, out_stride,
-                                isa == Isa::kAvx512 && cpu_supports(Isa::kAvx512));
+    attend_tokens_typed<KT, VT>(q, n_tok, g_heads, q_stride, pg, n_keys, p_begin, hd, hd_v, scale, scores, out,
+                                out_stride, stats, isa == Isa::kAvx512 && cpu_supports(Isa::kAvx512));
   });
 }
 

@@ -25,8 +25,9 @@ void rope_rotate(float* x, int n_heads, int head_dim, const float* cs, const flo
 // a value's result does not depend on where it sits. Same bits on every ISA.
 void swiglu(const float* g, const float* u, float* y, int64_t n);
 
-// In-place numerically stable softmax over n values; returns nothing.
-void softmax_inplace(float* x, int64_t n);
+// In-place numerically stable softmax over n values; m_out and l_out (when given) receive the
+// largest value and the sum of exp(x - largest) it divided by.
+void softmax_inplace(float* x, int64_t n, float* m_out = nullptr, float* l_out = nullptr);
 // One block of keys of an online softmax, for one query's raw scores s[0, np) of which the first
 // cnt (>= 1) are its keys and the rest masked: s becomes the weights exp(scale * s - m') (0 past
 // cnt), with m' = max(*m, the block's largest scaled score); *m becomes m' and *l the running sum
@@ -70,9 +71,22 @@ void attend_paged(const float* q, const KvPages& pages, int64_t n_keys, int head
 // output, is attend_paged's (hd_v a multiple of 8 whenever hd is), whichever isa: kAvx512 (on a host
 // that has it) runs both passes in 512-bit registers, four heads at a time (attend_avx512.h); any
 // other isa in 256-bit ones, one or two heads at a time.
+// p_begin > 0: every token attends over positions [p_begin, n_keys[t]) only (one chunk of a longer
+// attention; scores then hold max(n_keys) - p_begin per query), and the arithmetic is the p_begin = 0
+// arithmetic of those rows as if they were the whole cache. stats (2 floats per query, or null):
+// the softmax's largest scaled score m and its sum l, so chunks merge exactly as one softmax would
+// (merge_attention_chunks); a query with no keys in the range gets m = -inf, l = 0 and a zero output.
+// The ranged form needs hd and hd_v multiples of 8.
 void attend_paged_tokens(const float* q, int n_tok, int g_heads, int64_t q_stride, const KvPages& pages,
                          const int64_t* n_keys, int hd, int hd_v, float scale, float* scores, float* out,
-                         int64_t out_stride, Isa isa);
+                         int64_t out_stride, Isa isa, int64_t p_begin = 0, float* stats = nullptr);
+
+// Merges n_chunks partial attentions of one query head over consecutive key ranges (each normalized
+// by its own softmax, with its stats {m, l} from attend_paged_tokens) into the attention over all
+// of them: out = sum_c l_c e^(m_c - M) o_c / sum_c l_c e^(m_c - M), M = max_c m_c, summed in chunk
+// order. parts[c * part_stride + v] is chunk c's output, stats[c * stats_stride + {0, 1}] its m, l.
+void merge_attention_chunks(const float* parts, int64_t part_stride, const float* stats, int64_t stats_stride,
+                            int n_chunks, int n, float* out);
 
 float dot_f32(const float* a, const float* b, int64_t n);
 

@@ -95,6 +95,42 @@ TEST_F(HybridState, DecodeAfterPrefillEqualsOnePrefill) {
   }
 }
 
+// Past 256 keys a decode step's MLA attends in chunks of keys whose softmaxes merge
+// (kimi_linear.cpp's kMlaDecodeChunk): still the one prefill's logits within rounding, on every
+// ISA; the same bits with 1, 2 or 3 threads (chunks sit at fixed positions); and the same bits when
+// the sampled tokens are recomputed in one batch (SeqBatch::n_sampled, as after a preemption).
+TEST_F(HybridState, DecodePastOneKeyChunkEqualsOnePrefill) {
+  std::vector<Isa> isas = {Isa::kAvx2};
+  if (isa_supported(Isa::kAvx512)) isas.push_back(Isa::kAvx512);
+  for (Isa isa : isas) {
+    auto m = Model::load(kPath, {}, isa, pool);
+    ASSERT_TRUE(m) << m.error().message;
+    const size_t nv = (*m)->info().n_vocab;
+    const MatmulKernels& k = matmul_kernels(isa);
+    SequenceState one(**m, 1024, 600);
+    std::vector<float> whole(600 * nv);
+    ASSERT_TRUE(one.forward(ids.data(), 600, whole.data(), true, pool, k));
+    std::vector<std::vector<float>> by_threads;
+    for (int threads : {2, 1, 3}) {
+      if (threads != 2 && isa != isas.back()) continue;
+      ThreadPool tp(threads);
+      SequenceState dec(**m, 1024, 600);
+      std::vector<float> skip(600 * nv), row(nv), rows;
+      ASSERT_TRUE(dec.forward(ids.data(), 250, skip.data(), true, tp, k));
+      // 251..263 keys one by one (one chunk, then two), then 401 and 561 keys (two and three chunks).
+      for (int t : {250, 251, 252, 253, 254, 255, 256, 257, 258, 259, 260, 261, 262, 400, 560}) {
+        if (dec.n_past() < t) ASSERT_TRUE(dec.forward(ids.data() + dec.n_past(), t - dec.n_past(), skip.data(), true, tp, k));
+        ASSERT_TRUE(dec.decode(ids[t], row.data(), tp, k));
+        EXPECT_LT(nmse(row.data(), whole.data() + (size_t)t * nv, nv), 1e-10)
+            << "decode step at " << t << " " << isa_name(isa) << " threads " << threads;
+        rows.insert(rows.end(), row.begin(), row.end());
+      }
+      by_threads.push_back(rows);
+    }
+    for (size_t i = 1; i < by_threads.size(); ++i) EXPECT_EQ(by_threads[0], by_threads[i]) << isa_name(isa) << " " << i;
+  }
+}
+
 // A prompt token's arithmetic does not depend on the chunking (the server prefills by 256,
 // `ouro generate` by 512, and their greedy texts must agree): the same bits in any split. On the
 // AVX-512 kernels too, where MLA's decompression and attention run in 512-bit registers.
@@ -125,28 +161,31 @@ TEST_F(HybridState, PromptTokensAreTheSameBitsInAnyChunking) {
 }
 
 // The scheduler recomputes a preempted request's prompt and sampled tokens in one batch: the
-// sampled ones keep their decode steps' arithmetic (SeqBatch::n_sampled), bit for bit.
+// sampled ones keep their decode steps' arithmetic (SeqBatch::n_sampled), bit for bit: short, and
+// straddling 256 keys, where decode steps start attending in chunks of keys.
 TEST_F(HybridState, SampledTokensInOneBatchAreTheirDecodeSteps) {
-  const int nv = model->info().n_vocab, n_prompt = 20, n = 24;
+  const int nv = model->info().n_vocab;
   const MatmulKernels& k = matmul_kernels(Isa::kScalar);
-  SequenceState ref(*model, 64, 64);
-  const std::vector<float> prompt = run(ref, 0, n_prompt);
-  std::vector<float> steps((size_t)(n - n_prompt) * nv);
-  for (int t = n_prompt; t < n; ++t) ASSERT_TRUE(ref.decode(ids[t], &steps[(size_t)(t - n_prompt) * nv], pool, k));
-  PagedKvCache kv(model->kv_layout(), KvSpec{}, 1, 64);
-  RecurrentStateStore state(model->state_bytes_per_seq(), 1);
-  auto ws = model->new_workspace(64);
-  const int block0 = 0;
-  SeqBatch b;
-  b.tokens = ids.data();
-  b.n = n;
-  b.blocks = &block0;
-  b.all_logits = true;
-  b.n_sampled = n - n_prompt;
-  std::vector<float> all((size_t)n * nv);
-  ASSERT_TRUE(model->forward({kv, state}, *ws, &b, 1, all.data(), pool, k));
-  EXPECT_TRUE(std::equal(prompt.begin(), prompt.end(), all.begin()));
-  EXPECT_TRUE(std::equal(steps.begin(), steps.end(), all.begin() + (size_t)n_prompt * nv));
+  for (auto [n_prompt, n] : {std::pair{20, 24}, {250, 266}}) {
+    SequenceState ref(*model, 512, 512);
+    const std::vector<float> prompt = run(ref, 0, n_prompt);
+    std::vector<float> steps((size_t)(n - n_prompt) * nv);
+    for (int t = n_prompt; t < n; ++t) ASSERT_TRUE(ref.decode(ids[t], &steps[(size_t)(t - n_prompt) * nv], pool, k));
+    PagedKvCache kv(model->kv_layout(), KvSpec{}, 1, 512);
+    RecurrentStateStore state(model->state_bytes_per_seq(), 1);
+    auto ws = model->new_workspace(512);
+    const int block0 = 0;
+    SeqBatch b;
+    b.tokens = ids.data();
+    b.n = n;
+    b.blocks = &block0;
+    b.all_logits = true;
+    b.n_sampled = n - n_prompt;
+    std::vector<float> all((size_t)n * nv);
+    ASSERT_TRUE(model->forward({kv, state}, *ws, &b, 1, all.data(), pool, k));
+    EXPECT_TRUE(std::equal(prompt.begin(), prompt.end(), all.begin())) << n;
+    EXPECT_TRUE(std::equal(steps.begin(), steps.end(), all.begin() + (size_t)n_prompt * nv)) << n;
+  }
 }
 
 TEST_F(HybridState, TruncateResetsTheRecurrentState) {

@@ -448,8 +448,10 @@ struct Pool {
 struct RandomPages {
   std::vector<int> table;
   Pool K, V;
+  // 12 blocks of 16 positions, or as many as n needs.
+  static int blocks_for(int64_t n) { return (int)std::max<int64_t>(12, (n + 15) / 16); }
   RandomPages(KvType kt, KvType vt, int hd, int64_t n, std::mt19937& rng)
-      : table(12), K(kt, 1, hd, 16, 12), V(vt, 1, hd, 16, 12) {
+      : table(blocks_for(n)), K(kt, 1, hd, 16, blocks_for(n)), V(vt, 1, hd, 16, blocks_for(n)) {
     std::iota(table.begin(), table.end(), 0);
     std::shuffle(table.begin(), table.end(), rng);
     std::normal_distribution<float> nd(0, 1);
@@ -629,6 +631,79 @@ TEST(AttendPagedTokens, EachTokenHeadIsAttendPagedBitForBit) {
                 }
             }
           }
+}
+
+// A long attention cut into chunks of positions (attend_paged_tokens from p_begin, with each
+// chunk's softmax max and sum), merged by merge_attention_chunks, is the one attention over all the
+// keys within float rounding: chunk lengths around the tiles of 4, 16 and 64, a last chunk of one
+// key, heads in groups, every ISA the host has. The stats are the chunk's largest scaled score and
+// its sum; a chunk past the token's keys gives zeros, m = -inf, l = 0, and merges as nothing; with
+// p_begin = 0 the stats change no bit of the output.
+TEST(AttendPagedTokens, ChunksMergeIntoOneSoftmax) {
+  std::mt19937 rng(47);
+  std::normal_distribution<float> nd(0, 1);
+  struct Dims { int hd, hd_v; };
+  for (auto [kt, vt] : {std::pair{KvType::kF32, KvType::kF32}, {KvType::kBF16, KvType::kBF16}, {KvType::kInt8, KvType::kFP8}})
+    for (Dims dm : {Dims{576, 512}, Dims{64, 64}})
+      for (auto [n, C] : {std::pair{300, 64}, {513, 256}, {257, 256}, {130, 17}})
+        for (int G : {1, 3, 8}) {
+          SCOPED_TRACE(::testing::Message() << kv_type_name(kt) << "/" << kv_type_name(vt) << " hd " << dm.hd << " n "
+                                            << n << " chunk " << C << " G " << G);
+          const RandomPages rp(kt, vt, dm.hd, n, rng);
+          const KvPages pg = rp.pages();
+          const int chunks = (n + C - 1) / C;
+          const int64_t qs = dm.hd, os = dm.hd_v;
+          std::vector<float> q(G * qs), full(G * os), scores(G * (int64_t)n), merged(dm.hd_v);
+          std::vector<float> parts((size_t)chunks * G * os), st((size_t)chunks * G * 2);
+          for (auto& a : q) a = nd(rng);
+          std::vector<Isa> isas = {Isa::kAvx2};
+          if (isa_supported(Isa::kAvx512)) isas.push_back(Isa::kAvx512);
+          for (Isa isa : isas) {
+            const int64_t nk = n;
+            attend_paged_tokens(q.data(), 1, G, qs, pg, &nk, dm.hd, dm.hd_v, 0.09f, scores.data(), full.data(), os, isa);
+            std::vector<float> with_stats(G * os), st0(G * 2);
+            attend_paged_tokens(q.data(), 1, G, qs, pg, &nk, dm.hd, dm.hd_v, 0.09f, scores.data(), with_stats.data(), os,
+                                isa, 0, st0.data());
+            ASSERT_EQ(0, std::memcmp(full.data(), with_stats.data(), sizeof(float) * full.size()));
+            for (int k = 0; k < chunks; ++k) {
+              const int64_t end = std::min<int64_t>(n, (int64_t)(k + 1) * C);
+              attend_paged_tokens(q.data(), 1, G, qs, pg, &end, dm.hd, dm.hd_v, 0.09f, scores.data(),
+                                  &parts[(size_t)k * G * os], os, isa, (int64_t)k * C, &st[(size_t)k * G * 2]);
+            }
+            for (int g = 0; g < G; ++g) {
+              // The sums lie in [1, keys]; the maxima are checked by the merge below.
+              for (int k = 0; k < chunks; ++k) {
+                const int64_t b = (int64_t)k * C, e = std::min<int64_t>(n, b + C);
+                const float l = st[((size_t)k * G + g) * 2 + 1];
+                EXPECT_GE(l, 1.0f);  // the largest score's own term is exp(0)
+                EXPECT_LE(l, (float)(e - b) * 1.0001f);
+              }
+              merge_attention_chunks(&parts[(size_t)g * os], (int64_t)G * os, &st[(size_t)g * 2], (int64_t)G * 2, chunks,
+                                     dm.hd_v, merged.data());
+              float mag = 0;
+              for (int v = 0; v < dm.hd_v; ++v) mag = std::max(mag, std::fabs(full[g * os + v]));
+              for (int v = 0; v < dm.hd_v; ++v)
+                ASSERT_NEAR(merged[v], full[g * os + v], 2e-6f * mag + 1e-7f) << "head " << g << " v " << v
+                                                                                << " isa " << isa_name(isa);
+            }
+          }
+        }
+  // A chunk past the token's keys, merged with one that has them, changes nothing.
+  const RandomPages rp(KvType::kF32, KvType::kF32, 64, 40, rng);
+  const KvPages pg = rp.pages();
+  std::vector<float> q(64), parts(2 * 64, NAN), st(4, NAN), out(64), ref(64), scores(64);
+  for (auto& a : q) a = nd(rng);
+  const int64_t n0 = 40;
+  attend_paged_tokens(q.data(), 1, 1, 64, pg, &n0, 64, 64, 0.1f, scores.data(), parts.data(), 64, Isa::kAvx2, 0,
+                      st.data());
+  attend_paged_tokens(q.data(), 1, 1, 64, pg, &n0, 64, 64, 0.1f, scores.data(), parts.data() + 64, 64, Isa::kAvx2, 40,
+                      st.data() + 2);
+  EXPECT_EQ(st[2], -INFINITY);
+  EXPECT_EQ(st[3], 0.0f);
+  for (int v = 0; v < 64; ++v) EXPECT_EQ(parts[64 + v], 0.0f);
+  attend_paged(q.data(), pg, 40, 64, 0.1f, scores.data(), ref.data());
+  merge_attention_chunks(parts.data(), 64, st.data(), 2, 2, 64, out.data());
+  for (int v = 0; v < 64; ++v) EXPECT_NEAR(out[v], ref[v], 1e-6f * (1.0f + std::fabs(ref[v])));
 }
 
 // ---- --kv / --kv-layers -----------------------------------------------------------------------

@@ -119,7 +119,9 @@ TEST_F(HybridState, DecodePastOneKeyChunkEqualsOnePrefill) {
       ASSERT_TRUE(dec.forward(ids.data(), 250, skip.data(), true, tp, k));
       // 251..263 keys one by one (one chunk, then two), then 401 and 561 keys (two and three chunks).
       for (int t : {250, 251, 252, 253, 254, 255, 256, 257, 258, 259, 260, 261, 262, 400, 560}) {
-        if (dec.n_past() < t) ASSERT_TRUE(dec.forward(ids.data() + dec.n_past(), t - dec.n_past(), skip.data(), true, tp, k));
+        if (dec.n_past() < t) {
+          ASSERT_TRUE(dec.forward(ids.data() + dec.n_past(), t - dec.n_past(), skip.data(), true, tp, k));
+        }
         ASSERT_TRUE(dec.decode(ids[t], row.data(), tp, k));
         EXPECT_LT(nmse(row.data(), whole.data() + (size_t)t * nv, nv), 1e-10)
             << "decode step at " << t << " " << isa_name(isa) << " threads " << threads;

@@ -325,8 +325,10 @@ void Pass::mla_sampled(int l, int t0) {
     const KvPages pages{b.blocks, kv.block_size(), kv.side(li, false, 0), kv.side(li, true, 0)};
     // Tokens past one chunk of keys attend chunked, one at a time (mla_one_chunked), so a sampled
     // token's bits are the same whether it is a decode step or recomputed in a batch; the first
-    // n_short attend below.
-    const int n_short = std::clamp(kMlaDecodeChunk - past, 0, n);
+    // n_short attend below. The chunked form needs rows of whole 8-float vectors (any file's
+    // kv_lora and rope are accepted, so other widths keep the unchunked form at every depth).
+    const bool chunkable = W % 8 == 0 && L % 8 == 0;
+    const int n_short = chunkable ? std::clamp(kMlaDecodeChunk - past, 0, n) : n;
     for (int t = n_short; t < n; ++t)
       mla_one_chunked(past + t, qk + (size_t)t * H * W, scale, pages, ctx + (size_t)t * H * W);
     if (n_short > 0) {

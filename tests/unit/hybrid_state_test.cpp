@@ -95,10 +95,9 @@ TEST_F(HybridState, DecodeAfterPrefillEqualsOnePrefill) {
   }
 }
 
-// Past 256 keys a decode step's MLA attends in chunks of keys whose softmaxes merge
-// (kimi_linear.cpp's kMlaDecodeChunk): still the one prefill's logits within rounding, on every
-// ISA; the same bits with 1, 2 or 3 threads (chunks sit at fixed positions); and the same bits when
-// the sampled tokens are recomputed in one batch (SeqBatch::n_sampled, as after a preemption).
+// Decode steps from 251 to 561 keys (where a chunked decode form would start; one was tried and
+// reverted, docs/hybrid.md): the one prefill's logits within rounding, on every ISA, and the same
+// bits with 1, 2 or 3 threads.
 TEST_F(HybridState, DecodePastOneKeyChunkEqualsOnePrefill) {
   std::vector<Isa> isas = {Isa::kAvx2};
   if (isa_supported(Isa::kAvx512)) isas.push_back(Isa::kAvx512);

@@ -158,6 +158,14 @@ void outputs(const TrustInput& in, std::vector<TrustCheck>& out) {
         }
       }
   }
+  // Inputs both sides also ran in checked runs with different answers (a timed input rechecked
+  // after timing, runner.cpp): the candidate computes this answer when checked too, so it is its
+  // numerics (the correctness criteria judge them), not a guess that it is timed.
+  int numerics = 0;
+  auto checked_differ = [&](const std::string& key) {
+    auto b = in.checked[0].find(key), d = in.checked[1].find(key);
+    return b != in.checked[0].end() && d != in.checked[1].end() && b->second != d->second;
+  };
   if (in.checked_all_equal)
     for (size_t i = 0; i < in.base.size() && i < in.cand.size(); ++i)
       for (size_t k = 0; k < in.base[i].slots.size() && k < in.cand[i].slots.size(); ++k) {
@@ -165,18 +173,29 @@ void outputs(const TrustInput& in, std::vector<TrustCheck>& out) {
         const std::string gb = b.output_sha256.empty() ? tokens_key(b.tokens) : b.output_sha256;
         const std::string gd = d.output_sha256.empty() ? tokens_key(d.tokens) : d.output_sha256;
         ++compared;
-        if (gb != gd && !vs_base++ && first.empty()) first = "pair " + std::to_string(i + 1) + ", input " + d.key;
+        if (gb == gd) continue;
+        if (b.key == d.key && checked_differ(d.key)) {
+          ++numerics;
+          continue;
+        }
+        if (!vs_base++ && first.empty()) first = "pair " + std::to_string(i + 1) + ", input " + d.key;
       }
+  const std::string rechecked =
+      numerics ? "; " + std::to_string(numerics) + " differ from the baseline's where both sides' checked runs of the input differ too "
+                     "(the candidate's numerics, judged by the correctness criteria)"
+               : "";
   if (own || vs_base) {
     c.verdict = "fail";
     c.detail = std::to_string(own) + " timed output(s) differ from the candidate's own checked outputs for the same input" +
                (in.checked_all_equal ? ", " + std::to_string(vs_base) + " of " + std::to_string(compared) +
                                            " from the baseline's (whose checked outputs it matched exactly)"
                                      : "") +
-               "; first: " + first;
+               "; first: " + first + rechecked;
   } else {
     c.detail = "every timed output equals the checked output for its input" +
-               std::string(in.checked_all_equal ? " and the baseline's timed output (" + std::to_string(compared) + " compared)" : "");
+               std::string(in.checked_all_equal ? " and the baseline's timed output (" + std::to_string(compared - numerics) + " compared)"
+                                                : "") +
+               rechecked;
   }
   out.push_back(c);
 }

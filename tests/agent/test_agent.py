@@ -263,9 +263,11 @@ def test_tune_finds_the_sweeps_best_in_fewer_runs(abs_bin, cache_home, tmp_path)
     # (int8 KV was 1.2x in one CI-like sweep, 2026-12-07) may rightly be left; with the sweep's own
     # noise that sits at 0.85. Scalar kernels run at ~0.4-0.5 of the vector ones: 0.75 still
     # catches an agent that kept the wrong lever.
-    # With the agent's steps as text (it kept --isa scalar once in a full run, 2026-12-07, and
-    # passed alone four times since): which verdict and reasons left the vector kernels out.
-    assert typical[pt] >= 0.75 * best, (final, speed, json.dumps(account.get("steps"), indent=1))
+    # With the agent's steps printed whole (pytest shows a failed test's output uncut, and cuts a
+    # long assertion message in its middle): it kept --isa scalar in two full runs, 2026-12-07,
+    # and which verdict and reasons left the vector kernels out was cut away.
+    print("agent steps:", json.dumps(account.get("steps"), indent=1))
+    assert typical[pt] >= 0.75 * best, (final, speed)
 
 
 def scratch_repo(path, files):

@@ -141,6 +141,27 @@ TEST(Trust, HeldOutTimedOutputsMustMatchTheBaselineWhenTheCheckedOnesDid) {
   EXPECT_EQ(get(check_trust(in), "timed_outputs_differ").verdict, "pass");
 }
 
+// A run of the lab, 2026-12-07: an int8 KV cache answered one fresh held-out input of 6 differently
+// from the baseline, its checked answers having matched by chance. The lab reruns such a pair
+// untimed (runner.cpp); where both sides' checked answers differ too, it is the candidate's
+// numerics; where the candidate's checked answer is the baseline's, its timed one was a trick.
+TEST(Trust, ATimedDifferenceTheRecheckReproducesIsNumericsNotATrick) {
+  TrustInput in = honest();
+  TrustSlot& s = in.cand[1].slots[2];
+  ASSERT_TRUE(s.heldout);
+  s.tokens = {7};
+  EXPECT_EQ(get(check_trust(in), "timed_outputs_differ").verdict, "fail");
+  in.checked[0][s.key] = tokens_key(in.base[1].slots[2].tokens);
+  in.checked[1][s.key] = tokens_key({7});  // the recheck: the candidate answers 7 untimed too
+  TrustCheck c = get(check_trust(in), "timed_outputs_differ");
+  EXPECT_EQ(c.verdict, "pass") << c.detail;
+  EXPECT_NE(c.detail.find("1 differ from the baseline's where both sides' checked runs"), std::string::npos) << c.detail;
+  in.checked[1][s.key] = in.checked[0][s.key];  // untimed it gives the baseline's answer
+  c = get(check_trust(in), "timed_outputs_differ");
+  EXPECT_EQ(c.verdict, "fail") << c.detail;
+  EXPECT_NE(c.detail.find("1 timed output(s) differ from the candidate's own checked"), std::string::npos) << c.detail;
+}
+
 TEST(Trust, ANonReproducibleBaselineIsItsOwnFault) {
   TrustInput in = honest();
   in.base[0].slots[1].tokens = {5, 5};

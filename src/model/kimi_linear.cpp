@@ -31,6 +31,12 @@ constexpr int kMlaTokenTile = 8;
 // Cached keys per block of the decompressing form (Pass::mla_given): a block's latent rows, one
 // head's keys and values and the scores of 512 tokens over it stay in L2.
 constexpr int kMlaKeyBlock = 128;
+// Cached keys per chunk when one sampled token attends in the absorbed form (Pass::mla_sampled):
+// the threads take chunks (and, when there are few, groups of heads), so every row is read from
+// memory once per token for all heads and found in L2 by the weighted sum; the chunks' softmaxes
+// then merge (merge_attention_chunks). Chunks sit at fixed positions, so the bits depend on the
+// depth only, never on the thread count; up to 256 keys it is one chunk, the unchunked arithmetic.
+constexpr int kMlaDecodeChunk = 256;
 
 // The arithmetic a matmul's FLOPs run in (traces compare them with that peak).
 const char* precision_of(const PackedMatrix& W) { return W.kind == PackedKind::kRows ? nullptr : "int8"; }
@@ -111,6 +117,7 @@ struct Pass {
   void mla(int l);
   void mla_given(int l, int n);
   void mla_sampled(int l, int t0);
+  void mla_one_chunked(int past, const float* qk, float scale, const KvPages& pages, float* ctx);
   void dense_ffn(int l);
   void moe(int l);
   void head(float* logits, bool all_logits);
@@ -314,6 +321,18 @@ void Pass::mla_sampled(int l, int t0) {
     trace::Span sp("mla_attention", "op", l, n, (double)kv_row_bytes(kv.spec().k[li], 1, W) * keys + 8.0 * n * H * W,
                    (double)H * keys * attend_one_flops(1, W));
     fault::at_op("mla_attention");
+    const float scale = 1.0f / std::sqrt((float)KQ);
+    const KvPages pages{b.blocks, kv.block_size(), kv.side(li, false, 0), kv.side(li, true, 0)};
+    // Tokens past one chunk of keys attend chunked, one at a time (mla_one_chunked), so a sampled
+    // token's bits are the same whether it is a decode step or recomputed in a batch; the first
+    // n_short attend below. The chunked form needs rows of whole 8-float vectors (any file's
+    // kv_lora and rope are accepted, so other widths keep the unchunked form at every depth).
+    const bool chunkable = W % 8 == 0 && L % 8 == 0;
+    const int n_short = chunkable ? std::clamp(kMlaDecodeChunk - past, 0, n) : n;
+    for (int t = n_short; t < n; ++t)
+      mla_one_chunked(past + t, qk + (size_t)t * H * W, scale, pages, ctx + (size_t)t * H * W);
+    if (n_short > 0) {
+    const int n = n_short;
     const int max_keys = past + n;
     // Work items: (tile of tt tokens, group of gs heads). All heads of a token in one group read
     // each cached row once; several tokens go in tiles that read each row once for the tile
@@ -330,8 +349,6 @@ void Pass::mla_sampled(int l, int t0) {
     const int units = token_tiles(past, n, tt);
     const size_t per_thread = (size_t)tt * gs * max_keys;
     if (ws.scores.size() < nt * per_thread) ws.scores.resize(nt * per_thread);
-    const float scale = 1.0f / std::sqrt((float)KQ);
-    const KvPages pages{b.blocks, kv.block_size(), kv.side(li, false, 0), kv.side(li, true, 0)};
     pool.run([&](int th, int nthreads) {
       int64_t b, e;
       ThreadPool::split_weighted(ws.cum_keys.data(), units, ng, th, nthreads, &b, &e);
@@ -344,11 +361,53 @@ void Pass::mla_sampled(int l, int t0) {
                             m.isa());
       }
     }, "mla_attention");
+    }
   }
   for (int h = 0; h < H; ++h) {
     for (int t = 0; t < n; ++t) std::memcpy(&gather[(size_t)t * L], &ctx[((size_t)t * H + h) * W], sizeof(float) * L);
     project("mla_absorb_v", l, gather, n, L, A.v_b[h], mo + (size_t)h * V, (int64_t)H * V);
   }
+}
+
+// One sampled token at position past over its cached rows in chunks of kMlaDecodeChunk positions
+// (its queries in qk, its latent contexts into ctx; the caller's span and fault hook). Work items:
+// (chunk, group of heads), as few groups as leave 4 items a thread; each item's softmax is its own
+// (attend_paged_tokens over the chunk, with its max and sum), then each head's chunks merge in
+// position order. A head's bits depend on its depth only: not on its group, nor on the threads.
+void Pass::mla_one_chunked(int past, const float* qk, float scale, const KvPages& pages, float* ctx) {
+  const int H = c.n_head, L = c.kv_lora, W = L + c.rope, C = kMlaDecodeChunk;
+  token_tiles(past, 1, 1);  // n_keys[0]: the token's keys (through the lab's truncating fault)
+  const int64_t D = ws.n_keys[0];
+  const int chunks = (int)((D + C - 1) / C), nt = pool.size();
+  int ng = 1;
+  while (ng < H && (int64_t)chunks * ng < 4 * nt) {
+    ++ng;
+    while (H % ng != 0) ++ng;
+  }
+  const int gs = H / ng;
+  if (ws.chunk_cum.size() < (size_t)chunks + 1) ws.chunk_cum.resize(chunks + 1);
+  ws.chunk_cum[0] = 0;
+  for (int k = 0; k < chunks; ++k) ws.chunk_cum[k + 1] = std::min<int64_t>(D, (int64_t)(k + 1) * C);
+  if (ws.parts.size() < (size_t)chunks * H * L) ws.parts.resize((size_t)chunks * H * L);
+  if (ws.part_stats.size() < (size_t)chunks * H * 2) ws.part_stats.resize((size_t)chunks * H * 2);
+  if (ws.scores.size() < (size_t)nt * gs * C) ws.scores.resize((size_t)nt * gs * C);
+  float *parts = ws.parts.data(), *st = ws.part_stats.data();
+  pool.run([&](int th, int nthreads) {
+    int64_t b, e;
+    ThreadPool::split_weighted(ws.chunk_cum.data(), chunks, ng, th, nthreads, &b, &e);
+    float* scores = &ws.scores[(size_t)th * gs * C];
+    for (int64_t i = b; i < e; ++i) {
+      const int k = (int)(i / ng), h0 = (int)(i % ng) * gs;
+      const int64_t end = ws.chunk_cum[k + 1];
+      attend_paged_tokens(&qk[(size_t)h0 * W], 1, gs, W, pages, &end, W, L, scale, scores,
+                          &parts[((size_t)k * H + h0) * L], L, m.isa(), ws.chunk_cum[k], &st[((size_t)k * H + h0) * 2]);
+    }
+  }, "mla_attention");
+  parallel_ranges(pool, H, "mla_attention", [&](int64_t h0, int64_t h1) {
+    for (int64_t h = h0; h < h1; ++h)
+      merge_attention_chunks(&parts[(size_t)h * L], (int64_t)H * L, &st[(size_t)h * 2], (int64_t)H * 2, chunks, L,
+                             &ctx[(size_t)h * W]);
+  });
 }
 
 void Pass::dense_ffn(int l) {

@@ -105,6 +105,8 @@ class KimiWorkspace : public Workspace {
   std::vector<float> router, g, u, h;  // FFN / MoE: router logits; dense or shared expert
   MoeScratch moe;                      // the routed experts' routing and scratch
   std::vector<int64_t> cum_keys, n_keys;
+  std::vector<int64_t> chunk_cum;          // MLA decode's key chunks: their end positions
+  std::vector<float> parts, part_stats;     // ... and per chunk and head: the output, its softmax's max and sum
   QuantActs qa;
 };
 

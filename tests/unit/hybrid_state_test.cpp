@@ -95,9 +95,10 @@ TEST_F(HybridState, DecodeAfterPrefillEqualsOnePrefill) {
   }
 }
 
-// Decode steps from 251 to 561 keys (where a chunked decode form would start; one was tried and
-// reverted, docs/hybrid.md): the one prefill's logits within rounding, on every ISA, and the same
-// bits with 1, 2 or 3 threads.
+// Past 256 keys a decode step's MLA attends in chunks of keys whose softmaxes merge
+// (kimi_linear.cpp's kMlaDecodeChunk): still the one prefill's logits within rounding, on every
+// ISA, and the same bits with 1, 2 or 3 threads (chunks sit at fixed positions). Recomputed in one
+// batch the sampled tokens take the same path: SampledTokensInOneBatchAreTheirDecodeSteps.
 TEST_F(HybridState, DecodePastOneKeyChunkEqualsOnePrefill) {
   std::vector<Isa> isas = {Isa::kAvx2};
   if (isa_supported(Isa::kAvx512)) isas.push_back(Isa::kAvx512);

@@ -430,8 +430,14 @@ Expected<json> run_experiment(const Spec& spec, const RunOptions& opt) {
   //     the timed run, so trust can tell the candidate's numerics (its checked answer differs
   //     too: the correctness criteria judge it) from an answer changed only while timed. Without
   //     this, a candidate with slightly different numerics whose checked answers happened to match
-  //     the baseline's was rejected as timed_outputs_differ (an int8 KV cache, 2026-12-07).
-  if (spec.level == Level::kEngine) {
+  //     the baseline's was rejected as timed_outputs_differ (an int8 KV cache, 2026-12-07). Only a
+  //     candidate whose checked logits differ from the baseline's has numerics to show: one whose
+  //     logits were the baseline's bits cannot differ on a fresh input by rounding, so no recheck
+  //     may excuse it (it could answer honestly in its first runs and cheat in every later one).
+  // (Where the checked answers already differ, trust does not compare with the baseline's.)
+  const bool numerics_differ = corr_spec.value("max_abs_logit_diff", 0.0) > 0 || corr_held.value("max_abs_logit_diff", 0.0) > 0;
+  const bool answers_agreed = corr_spec.value("greedy_match", 0.0) == 1 && corr_held.value("greedy_match", 0.0) == 1;
+  if (spec.level == Level::kEngine && numerics_differ && answers_agreed) {
     int rechecks = 0;
     for (size_t p = 0; p < kept_draws.size() && p < samples[0].size() && p < samples[1].size() && rechecks < 3; ++p) {
       const auto &sb = samples[0][p].slots, &sc = samples[1][p].slots;
